@@ -1,0 +1,1 @@
+"""turnstream's edge: the FastAPI gateway (session API, OpenAI API, event relay)."""

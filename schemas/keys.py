@@ -1,0 +1,91 @@
+"""Every Redis key turnstream uses, and only here.
+
+Session keys carry the session id as a Redis Cluster hash tag (``{sid}``, literal braces), so
+one session's keys share a slot and no script ever touches two slots.
+
+    ts:decode:jobs              stream, group "decode": new turns, orphaned continuations
+    ts:decode:w:{worker}        stream, group "decode": continuations for the decoder holding the KV
+    ts:decode:hb:{worker}       string + TTL: decoder liveness, load, free KV blocks
+    ts:parse:jobs               stream, group "parse": "parse turn N of session S"
+    ts:s:{sid}                  hash: the session record
+    ts:s:{sid}:msgs             list: the conversation, one JSON message per item
+    ts:s:{sid}:tok              stream: the decoder's token log (internal)
+    ts:s:{sid}:ev               stream: the public event log
+    ts:s:{sid}:t:{turn}:bar     hash: the turn's fan-in barrier
+    ts:s:{sid}:t:{turn}:run:{i} string: "this non-idempotent call has started" (SET NX)
+    ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
+    ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep)
+    ts:dead                     stream: undecodable or poison entries
+"""
+
+from __future__ import annotations
+
+PREFIX = "ts"
+
+DECODE_JOBS = f"{PREFIX}:decode:jobs"
+DECODE_GROUP = "decode"
+PARSE_JOBS = f"{PREFIX}:parse:jobs"
+PARSE_GROUP = "parse"
+DEAD = f"{PREFIX}:dead"
+TOOL_DURATIONS = f"{PREFIX}:tools:dur"
+ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
+DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
+
+
+def decoder_jobs(worker: str) -> str:
+    """The private continuation stream of one decoder."""
+    return f"{PREFIX}:decode:w:{worker}"
+
+
+def decoder_heartbeat(worker: str) -> str:
+    return f"{PREFIX}:decode:hb:{worker}"
+
+
+def session(sid: str) -> str:
+    return f"{PREFIX}:s:{{{sid}}}"
+
+
+def messages(sid: str) -> str:
+    return f"{session(sid)}:msgs"
+
+
+def tokens(sid: str) -> str:
+    return f"{session(sid)}:tok"
+
+
+def events(sid: str) -> str:
+    return f"{session(sid)}:ev"
+
+
+def barrier(sid: str, turn: int) -> str:
+    return f"{session(sid)}:t:{turn}:bar"
+
+
+def tool_run(sid: str, turn: int, index: int) -> str:
+    return f"{session(sid)}:t:{turn}:run:{index}"
+
+
+def session_keys(sid: str, turns: int) -> list[str]:
+    """All keys of a session with ``turns`` turns (for expiry)."""
+    fixed = [session(sid), messages(sid), tokens(sid), events(sid)]
+    return fixed + [barrier(sid, t) for t in range(turns + 1)]
+
+
+def tool_job_id(sid: str, turn: int, index: int) -> str:
+    """Deterministic arq job id: a replayed dispatch cannot enqueue a call twice."""
+    return f"{sid}:{turn}:{index}"
+
+
+def continue_job_id(sid: str, turn: int) -> str:
+    return f"{sid}:{turn}"
+
+
+def tool_queue(pool: str) -> str:
+    """The arq queue of one tool pool."""
+    return f"{PREFIX}:tools:q:{pool}"
+
+
+def sid_of(key: str) -> str:
+    """The session id inside a session key's hash tag."""
+    start = key.index("{") + 1
+    return key[start : key.index("}", start)]

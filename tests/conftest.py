@@ -1,0 +1,84 @@
+"""Shared fixtures: a real embedded Redis-compatible server, and the whole stack as processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from workers.config import Config, load_config
+from workers.embedded import EmbeddedRedis, free_port
+from workers.stack import spawn, stop_all, wait_healthy
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """A clean database on the shared embedded server."""
+    redis.Redis.from_url(redis_server.url).flushall()
+    return redis_server.url
+
+
+@dataclass
+class Stack:
+    cfg: Config
+    url: str
+    procs: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
+
+    def start(self, kind: str, n: int = 1) -> list[subprocess.Popen]:
+        args = ["gateway"] if kind == "gateway" else ["worker", kind]
+        new = [spawn(args, self.cfg) for _ in range(n)]
+        self.procs.setdefault(kind, []).extend(new)
+        return new
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def all(self) -> list[subprocess.Popen]:
+        return [p for ps in self.procs.values() for p in ps]
+
+    def stop(self) -> None:
+        stop_all(self.all())
+
+
+def make_stack(redis_url: str, parsers: int = 1, **overrides: object) -> Stack:
+    cfg = load_config(redis_url=redis_url, port=free_port(), reclaim_idle_ms=1000, heartbeat_ms=300,
+                      heartbeat_ttl_ms=1200, sweep_after_s=1.0, log_level="INFO", **overrides)
+    stack = Stack(cfg, f"http://{cfg.host}:{cfg.port}")
+    for kind, n in (("decode", 1), ("parser", parsers), ("tools", 1), ("gateway", 1)):
+        stack.start(kind, n)
+    try:
+        wait_healthy(stack.url, stack.all())
+    except Exception:
+        stack.stop()
+        raise
+    return stack
+
+
+@pytest.fixture
+def stack_factory(redis_url: str) -> Iterator:
+    made: list[Stack] = []
+
+    def factory(**kw: object) -> Stack:
+        s = make_stack(redis_url, **kw)
+        made.append(s)
+        return s
+
+    yield factory
+    for s in made:
+        s.stop()

@@ -1,0 +1,70 @@
+"""Stream helpers on a real server: blocking group reads, ack, reclaim, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from schemas import keys
+from schemas.codec import encode
+from schemas.events import StartTurn
+from workers import bus
+
+
+@pytest.fixture
+async def r(redis_url: str):
+    client = bus.connect(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_blocking_read_wakes_on_add(r) -> None:
+    reader = bus.GroupReader(r, ["s:test"], "g", "c1", block_ms=5000)
+    await reader.setup()
+    task = asyncio.create_task(reader.read())
+    await asyncio.sleep(0.05)
+    await bus.add(r, "s:test", b"hello")
+    entries = await asyncio.wait_for(task, 2.0)
+    assert [e.data for e in entries] == [b"hello"]
+
+
+async def test_unacked_entries_are_reclaimed_by_another_consumer(r) -> None:
+    dead = bus.GroupReader(r, ["s:test"], "g", "dead", block_ms=100)
+    live = bus.GroupReader(r, ["s:test"], "g", "live", block_ms=100)
+    await dead.setup()
+    await bus.publish(r, [("s:test", b"a"), ("s:test", b"b")])
+    assert len(await dead.read()) == 2  # read, never acked
+    assert await live.reclaim(min_idle_ms=60_000) == []
+    await asyncio.sleep(0.05)
+    got = await live.reclaim(min_idle_ms=10)
+    assert [e.data for e in got] == [b"a", b"b"] and all(e.deliveries > 1 for e in got)
+    for e in got:
+        await live.ack(e)
+    assert (await r.xpending("s:test", "g"))["pending"] == 0
+
+
+async def test_dead_letter_parks_and_acks(r) -> None:
+    reader = bus.GroupReader(r, ["s:test"], "g", "c", block_ms=100)
+    await reader.setup()
+    await bus.add(r, "s:test", b"\xc1garbage")
+    [entry] = await reader.read()
+    await bus.dead_letter(r, entry, "undecodable", "g")
+    assert (await r.xpending("s:test", "g"))["pending"] == 0
+    [(_, fields)] = await r.xrange(keys.DEAD)
+    assert fields[b"reason"] == b"undecodable" and fields[bus.FIELD] == b"\xc1garbage"
+
+
+async def test_publish_trims_and_tail_reads_in_order(r) -> None:
+    await bus.publish(r, [("s:t", encode(StartTurn(sid=str(i), turn=0))) for i in range(10)], maxlen=100)
+    entries = await bus.tail(r, "s:t", "0-0", block_ms=10)
+    assert len(entries) == 10 and entries == sorted(entries, key=lambda e: tuple(map(int, e.id.split("-"))))
+    assert await bus.last_id(r, "s:t") == entries[-1].id
+
+
+async def test_expire_session_sets_ttls(r) -> None:
+    await r.hset(keys.session("x"), "status", "ended")
+    await bus.add(r, keys.events("x"), b"e")
+    await bus.expire_session(r, "x", 1, 60)
+    assert 0 < await r.ttl(keys.session("x")) <= 60
+    assert 0 < await r.ttl(keys.events("x")) <= 60

@@ -1,0 +1,127 @@
+"""The turn's fan-in barrier and the continuation it triggers (DESIGN §3.5).
+
+One Lua script over the session's own keys (barrier hash + event stream, one slot) records
+each arrival -- a tool result or the parser's turn end -- and answers COMPLETED to exactly
+one caller: the one whose arrival makes ``results == n_calls`` with the count known.  That
+caller sends ``ContinueTurn(sid, turn)``; if it dies before sending, the sweep finds the
+barrier ``done`` but not ``sent`` and sends it.  Decoders drop duplicate continuations
+(the turn claim in ``workers.session``), so a double send is harmless.
+
+Barrier hash ``ts:s:{sid}:t:{turn}:bar``::
+
+    n        number of calls of the turn (written once, by the parser at turn end)
+    nres     results recorded so far       r:{i}   result JSON of call i (first write wins)
+    s:{i}    call i started                done    completion time   sent   continuation sent
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from enum import IntEnum
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from schemas import keys
+from schemas.codec import encode
+from schemas.events import ContinueTurn
+from workers import bus
+from workers.session import Sessions
+
+log = logging.getLogger(__name__)
+
+_BARRIER = """
+local op = ARGV[1]
+if op == 'started' then
+  if redis.call('HSETNX', KEYS[1], 's:' .. ARGV[2], ARGV[3]) == 0 then return 0 end
+  if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+  return 1
+end
+if op == 'result' then
+  if redis.call('HSETNX', KEYS[1], 'r:' .. ARGV[2], ARGV[3]) == 0 then return 0 end
+  redis.call('HINCRBY', KEYS[1], 'nres', 1)
+  if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
+elseif op == 'end' then
+  if redis.call('HSETNX', KEYS[1], 'n', ARGV[2]) == 0 then return 0 end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+local n = redis.call('HGET', KEYS[1], 'n')
+if n and tonumber(redis.call('HGET', KEYS[1], 'nres') or '0') >= tonumber(n) then
+  if redis.call('HSETNX', KEYS[1], 'done', ARGV[7]) == 1 then return 2 end
+end
+return 1
+"""
+
+
+class Arrival(IntEnum):
+    DUPLICATE = 0
+    RECORDED = 1
+    COMPLETED = 2  # this caller completed the turn: it must send the continuation
+
+
+class Barrier:
+    """Atomic arrivals on one turn's barrier, and the continuation send."""
+
+    def __init__(self, r: aioredis.Redis, ttl_s: int = 3600) -> None:
+        self.r = r
+        self.ttl_s = ttl_s
+        self._script = r.register_script(_BARRIER)
+
+    async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> Arrival:
+        args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time())]
+        res = await self._script(keys=[keys.barrier(sid, turn), keys.events(sid)], args=args)
+        return Arrival(int(res))
+
+    async def started(self, sid: str, turn: int, index: int, event: bytes = b"") -> bool:
+        """Mark call ``index`` started (publishing ``event`` once); False if it already was."""
+        return bool(await self._call(sid, turn, "started", index, "1", event))
+
+    async def result(self, sid: str, turn: int, index: int, result: dict[str, Any], event: bytes = b"") -> Arrival:
+        """Record call ``index``'s result and publish its event, exactly once."""
+        return await self._call(sid, turn, "result", index, json.dumps(result), event)
+
+    async def turn_end(self, sid: str, turn: int, n_calls: int) -> Arrival:
+        """Record that turn ``turn`` produced ``n_calls`` calls awaiting results."""
+        return await self._call(sid, turn, "end", n_calls)
+
+    async def results(self, sid: str, turn: int) -> list[dict[str, Any]]:
+        """The recorded results of a turn, by call index."""
+        h = await self.r.hgetall(keys.barrier(sid, turn))
+        rows = [(int(k[2:]), json.loads(v)) for k, v in ((k.decode(), v) for k, v in h.items()) if k.startswith("r:")]
+        return [v for _, v in sorted(rows, key=lambda kv: kv[0])]
+
+    async def has_result(self, sid: str, turn: int, index: int) -> bool:
+        return bool(await self.r.hexists(keys.barrier(sid, turn), f"r:{index}"))
+
+    async def send_continuation(self, sid: str, turn: int) -> str:
+        """Enqueue ``ContinueTurn`` to the KV-holding decoder if alive, else the shared queue."""
+        owner = await self.r.hget(keys.session(sid), "owner")
+        stream = keys.DECODE_JOBS
+        if owner and await self.r.exists(keys.decoder_heartbeat(owner.decode())):
+            stream = keys.decoder_jobs(owner.decode())
+        await bus.add(self.r, stream, encode(ContinueTurn(sid=sid, turn=turn)))
+        await self.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))
+        log.info("sid=%s turn=%d continuation -> %s", sid, turn, stream)
+        return stream
+
+    async def unsent(self, sid: str, turn: int, older_than_s: float) -> bool:
+        """True when the turn completed more than ``older_than_s`` ago but no continuation was sent."""
+        done, sent = await self.r.hmget(keys.barrier(sid, turn), "done", "sent")
+        return done is not None and sent is None and time.time() - float(done) > older_than_s
+
+
+async def complete_turn(barrier: Barrier, sessions: Sessions, sid: str, turn: int) -> None:
+    """The barrier told us we completed ``turn``: continue the session, or end it at max_turns."""
+    info = await sessions.get(sid)
+    if info is None or info.status != "active":
+        return
+    if turn + 1 >= info.max_turns:
+        from workers.session import end_session
+
+        await end_session(sessions, sid, turn, "max_turns", ttl_s=barrier.ttl_s)
+        await barrier.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))
+        return
+    await barrier.send_continuation(sid, turn)

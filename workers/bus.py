@@ -1,0 +1,145 @@
+"""Redis Streams helpers shared by every worker.
+
+Entries carry one field, ``d``: the msgpack bytes of a schema message.  Consumers read
+with ``XREADGROUP ... BLOCK`` (no polling), ack only after their output is written, and
+take over a dead consumer's pending entries with ``XAUTOCLAIM``.  Undecodable entries go
+to ``ts:dead`` and are acked, never crashing the reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from schemas import keys
+
+log = logging.getLogger(__name__)
+
+FIELD = b"d"
+EVENT_STREAM_MAXLEN = 100_000
+TOKEN_STREAM_MAXLEN = 50_000
+JOB_STREAM_MAXLEN = 100_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    stream: str
+    id: str
+    data: bytes
+    deliveries: int = 1  # > 1 when reclaimed from another consumer
+
+
+def connect(url: str) -> aioredis.Redis:
+    """An asyncio client with raw bytes replies (payloads are msgpack)."""
+    return aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+
+
+def _s(x: bytes | str) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+async def ensure_group(r: aioredis.Redis, stream: str, group: str, start: str = "0") -> None:
+    """Create a consumer group (and the stream) if it does not exist yet."""
+    try:
+        await r.xgroup_create(stream, group, id=start, mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def publish(r: aioredis.Redis, items: Iterable[tuple[str, bytes]], maxlen: int = EVENT_STREAM_MAXLEN) -> list[str]:
+    """XADD many entries in one round trip (pipelined, approximate trimming); returns their ids."""
+    pipe = r.pipeline(transaction=False)
+    n = 0
+    for stream, data in items:
+        pipe.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True)
+        n += 1
+    if not n:
+        return []
+    return [_s(i) for i in await pipe.execute()]
+
+
+async def add(r: aioredis.Redis, stream: str, data: bytes, maxlen: int = JOB_STREAM_MAXLEN) -> str:
+    """XADD one entry."""
+    return _s(await r.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True))
+
+
+def _entries(reply, deliveries: int = 1) -> list[Entry]:
+    out: list[Entry] = []
+    for stream, rows in reply or []:
+        for entry_id, fields in rows:
+            if fields is None:  # a pending entry whose message was trimmed
+                continue
+            out.append(Entry(_s(stream), _s(entry_id), fields.get(FIELD, b""), deliveries))
+    return out
+
+
+class GroupReader:
+    """Reads a set of streams as one consumer of one group; blocks instead of polling."""
+
+    def __init__(self, r: aioredis.Redis, streams: list[str], group: str, consumer: str,
+                 count: int = 64, block_ms: int = 1000) -> None:
+        self.r, self.streams, self.group, self.consumer = r, list(streams), group, consumer
+        self.count, self.block_ms = count, block_ms
+
+    async def setup(self) -> None:
+        for stream in self.streams:
+            await ensure_group(self.r, stream, self.group)
+
+    async def read(self) -> list[Entry]:
+        """New entries for this consumer; waits up to ``block_ms``."""
+        reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in self.streams},
+                                        count=self.count, block=self.block_ms)
+        return _entries(reply)
+
+    async def reclaim(self, min_idle_ms: int) -> list[Entry]:
+        """Take over entries another consumer read but did not ack for ``min_idle_ms``."""
+        out: list[Entry] = []
+        for stream in self.streams:
+            start = "0-0"
+            while True:
+                reply = await self.r.xautoclaim(stream, self.group, self.consumer, min_idle_ms,
+                                                start_id=start, count=self.count)
+                start, rows = _s(reply[0]), reply[1]
+                out.extend(_entries([(stream, rows)], deliveries=2))
+                if start == "0-0" or not rows:
+                    break
+        return out
+
+    async def ack(self, entry: Entry) -> None:
+        await self.r.xack(entry.stream, self.group, entry.id)
+
+
+async def dead_letter(r: aioredis.Redis, entry: Entry, reason: str, group: str | None = None) -> None:
+    """Park an undecodable or poison entry in ``ts:dead`` and ack it so it is never re-read."""
+    log.warning("dead-letter %s %s: %s", entry.stream, entry.id, reason)
+    fields = {b"stream": entry.stream, b"id": entry.id, b"reason": reason[:2000], FIELD: entry.data,
+              b"t": repr(time.time())}
+    await r.xadd(keys.DEAD, fields, maxlen=JOB_STREAM_MAXLEN, approximate=True)
+    if group:
+        await r.xack(entry.stream, group, entry.id)
+
+
+async def last_id(r: aioredis.Redis, stream: str) -> str:
+    """Id of the newest entry of a stream, or ``0-0``."""
+    rows = await r.xrevrange(stream, count=1)
+    return _s(rows[0][0]) if rows else "0-0"
+
+
+async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000, count: int = 256) -> list[Entry]:
+    """Entries of one stream after ``after`` (plain XREAD, no group); waits up to ``block_ms``."""
+    reply = await r.xread({stream: after}, count=count, block=block_ms)
+    return _entries(reply)
+
+
+async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) -> None:
+    """Give every key of an ended session a TTL."""
+    pipe = r.pipeline(transaction=False)
+    for key in keys.session_keys(sid, turns):
+        pipe.expire(key, ttl_s)
+    await pipe.execute()

@@ -1,0 +1,115 @@
+"""Typed configuration: one frozen object per process, from flags and ``TURNSTREAM_*`` variables.
+
+Precedence: explicit flag > environment variable > default.  Invalid values raise
+``ConfigError`` naming the key and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "tiny-agent"
+
+
+class ConfigError(ValueError):
+    """A configuration key has an invalid value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    redis_url: str = ""  # empty: `turnstream up` starts the embedded server
+    queue_url: str = ""  # arq's Redis (must be non-cluster); defaults to redis_url
+    worker_id: str = ""  # defaults to "<kind>-<host>-<pid>"
+    # decode
+    engine: str = "replay"  # "replay" | "native" | "vllm"
+    model: str = str(DEFAULT_MODEL_DIR)
+    device: str = "cpu"
+    tool_format: str = "hermes"
+    reasoning: str = ""  # "" | "think" | "think_forced"
+    replay_rate: float = 50.0  # tokens per second of the ReplayEngine
+    replay_script: str = ""  # JSON list of per-turn templates; default: the built-in demo script
+    coalesce_tokens: int = 4
+    coalesce_ms: float = 15.0
+    heartbeat_ms: int = 1000
+    heartbeat_ttl_ms: int = 3000
+    pin_default_s: float = 5.0
+    pin_max_s: float = 60.0
+    # parser / consumers
+    reclaim_idle_ms: int = 3000
+    block_ms: int = 1000
+    # tools
+    pool: str = "default"
+    tools_config: str = ""
+    tool_max_jobs: int = 16
+    dispatch: str = "on_close"  # "on_close" | "after_turn" (for the overlap benchmark)
+    # sessions
+    max_turns: int = 8
+    session_ttl_s: int = 3600
+    sweep_after_s: float = 2.0
+    # gateway
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = field(default_factory=tuple)
+    log_level: str = "INFO"
+
+    @property
+    def arq_url(self) -> str:
+        return self.queue_url or self.redis_url
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+
+_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
+            "reasoning": {"", "think", "think_forced"}}
+
+
+def _coerce(name: str, typ: Any, raw: Any) -> Any:
+    if isinstance(raw, str):
+        raw = raw.strip()
+    try:
+        if typ in ("int", int):
+            return int(raw)
+        if typ in ("float", float):
+            return float(raw)
+        if "tuple" in str(typ):
+            return tuple(x for x in (raw.split(",") if isinstance(raw, str) else raw) if x)
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: invalid value {raw!r} ({exc})") from exc
+
+
+def load_config(**overrides: Any) -> Config:
+    """Defaults, then ``TURNSTREAM_<KEY>`` environment variables, then non-None ``overrides``."""
+    values: dict[str, Any] = {}
+    for f in fields(Config):
+        env = os.environ.get(f"TURNSTREAM_{f.name.upper()}")
+        if env is not None:
+            values[f.name] = _coerce(f.name, f.type, env)
+        if overrides.get(f.name) is not None:
+            values[f.name] = _coerce(f.name, f.type, overrides[f.name])
+    unknown = set(overrides) - {f.name for f in fields(Config)}
+    if unknown:
+        raise ConfigError(f"unknown configuration keys: {sorted(unknown)}")
+    cfg = Config(**values)
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: Config) -> None:
+    for name, allowed in _CHOICES.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise ConfigError(f"{name}: invalid value {value!r}; expected one of {sorted(allowed)}")
+    for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port"):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
+    if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:
+        raise ConfigError(f"heartbeat_ttl_ms: {cfg.heartbeat_ttl_ms} must exceed heartbeat_ms {cfg.heartbeat_ms}")
+    if cfg.replay_rate <= 0:
+        raise ConfigError(f"replay_rate: invalid value {cfg.replay_rate!r}; must be > 0")

@@ -1,0 +1,146 @@
+"""``ReplayEngine``: a TEST AND BENCHMARK engine that streams scripted completions.
+
+It is not a model.  Each turn's completion comes from a script (``metadata["replay"]``,
+a list of jinja2 templates, one per assistant turn), rendered with the tool results that
+precede the turn, then tokenised with a real tokenizer and streamed token by token at a
+fixed rate.  It lets the pipeline, the benchmarks and the tests run without model compute.
+
+Template variables: ``results`` (contents of the tool messages that end the conversation),
+``user`` (the last user message), ``turn`` (index of this assistant turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from tokenizers import Tokenizer
+
+from workers.decode.engine import GenerateDelta, GenerateRequest
+
+NO_SCRIPT = "I have no scripted reply for this turn."
+
+# The default script: one turn with two parallel calls, then an answer from their results.
+DEMO_SCRIPT = [
+    "I'll check the weather in Paris and book your table at the same time.\n"
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"date\": \"today\"}}\n</tool_call>\n"
+    "<tool_call>\n{\"name\": \"book_restaurant\", \"arguments\": {\"restaurant\": \"Chez Nous\", "
+    "\"party_size\": 2, \"time\": \"19:00\"}}\n</tool_call>",
+    "Here is what I found. Weather: {{ results[0] }}. Booking: {{ results[1] }}. Enjoy your evening!",
+]
+
+
+class ReplayEngineError(ValueError):
+    """The replay script is unusable (bad template, no tokenizer)."""
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer:
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.exists():
+        raise ReplayEngineError(f"model: no tokenizer.json in {model_dir}")
+    return Tokenizer.from_file(str(path))
+
+
+class IncrementalDetokenizer:
+    """Turns a growing token list into text deltas that never split a UTF-8 character.
+
+    Special tokens are kept as text.  Work per token is bounded: only the ids since the
+    last emitted boundary are decoded again.
+    """
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self.tok = tok
+        self.ids: list[int] = []
+        self._start = 0  # ids before _start are fully emitted
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        text = self.tok.decode(self.ids[self._start:], skip_special_tokens=False)
+        if text.endswith("\ufffd"):
+            return ""  # an incomplete character: wait for the next byte
+        self._start = len(self.ids)
+        return text
+
+
+def _trailing_tool_results(messages: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for m in reversed(messages):
+        if m.get("role") != "tool":
+            break
+        out.append(str(m.get("content", "")))
+    return out[::-1]
+
+
+class ReplayEngine:
+    """Streams scripted completions through a real tokenizer at ``rate`` tokens/s."""
+
+    name = "replay"
+
+    def __init__(self, model_dir: str | Path, rate: float = 50.0, script: list[str] | None = None) -> None:
+        self.model = str(model_dir)
+        self.tok = load_tokenizer(model_dir)
+        self.rate = rate
+        self.script = DEMO_SCRIPT if script is None else script
+        self._env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        self._aborted: set[str] = set()
+        self._running = 0
+        self.tokens_out = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def completion(self, req: GenerateRequest) -> str:
+        """The scripted completion text of this request's turn."""
+        script = req.metadata.get("replay") or self.script
+        turn = sum(1 for m in req.messages if m.get("role") == "assistant")
+        if turn >= len(script):
+            return NO_SCRIPT
+        user = next((str(m.get("content", "")) for m in reversed(req.messages) if m.get("role") == "user"), "")
+        try:
+            return self._env.from_string(script[turn]).render(
+                results=_trailing_tool_results(req.messages), user=user, turn=turn)
+        except jinja2.TemplateError as exc:
+            raise ReplayEngineError(f"replay script turn {turn}: {exc}") from exc
+
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids
+        ids = ids[: req.params.max_tokens]
+        finish = "length" if len(ids) == req.params.max_tokens else "stop"
+        prompt = sum(len(str(m.get("content") or "")) for m in req.messages) // 4
+        detok = IncrementalDetokenizer(self.tok)
+        t0 = time.monotonic()
+        self._running += 1
+        try:
+            for i, token_id in enumerate(ids):
+                if req.rid in self._aborted:
+                    yield GenerateDelta("", 0, True, "abort", prompt, 0, i)
+                    return
+                await asyncio.sleep(max(0.0, t0 + i / self.rate - time.monotonic()))
+                self.tokens_out += 1
+                text = detok.push(token_id)
+                last = i == len(ids) - 1
+                yield GenerateDelta(text, 1, last, finish if last else None, prompt, 0, i + 1)
+            if not ids:
+                yield GenerateDelta("", 0, True, "stop", prompt, 0, 0)
+        finally:
+            self._running -= 1
+            self._aborted.discard(req.rid)
+
+    async def abort(self, rid: str) -> None:
+        self._aborted.add(rid)
+
+    def pin(self, session: str, seconds: float) -> None:
+        return None  # no KV to keep
+
+    def release(self, session: str) -> None:
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        return {"engine": self.name, "running": self._running, "waiting": 0, "tokens_out": self.tokens_out}

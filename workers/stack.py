@@ -1,0 +1,105 @@
+"""``turnstream up`` / ``demo``: the whole pipeline on one machine, as separate processes.
+
+Starts the embedded Redis-compatible server (unless ``redis_url`` is set), one process per
+worker kind and the gateway; Ctrl-C (or the end of the demo) stops them all, children
+first, then the server.  Children also die with us (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from workers.config import Config
+from workers.embedded import EmbeddedRedis, _die_with_parent, free_port
+
+DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
+
+
+def child_env(cfg: Config) -> dict[str, str]:
+    """The configuration, passed to children as ``TURNSTREAM_*`` variables."""
+    env = dict(os.environ)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        env[f"TURNSTREAM_{f.name.upper()}"] = ",".join(value) if isinstance(value, tuple) else str(value)
+    return env
+
+
+def spawn(args: list[str], cfg: Config) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=child_env(cfg),
+                            preexec_fn=_die_with_parent)
+
+
+def wait_healthy(url: str, procs: list[subprocess.Popen], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a turnstream process exited during start-up")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"gateway not healthy at {url} after {timeout_s}s")
+
+
+def stop_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None) -> int:
+    server = None
+    if not cfg.redis_url:
+        server = EmbeddedRedis(data_dir=data_dir, appendonly=data_dir is not None).start()
+        cfg = cfg.replace(redis_url=server.url)
+    if demo:
+        cfg = cfg.replace(port=free_port())
+    url = f"http://{cfg.host}:{cfg.port}"
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    procs: list[subprocess.Popen] = []
+    interrupted = False
+    try:
+        procs = [spawn(["worker", k], cfg) for k in kinds if k] + [spawn(["gateway"], cfg)]
+        print(f"turnstream: starting redis={cfg.redis_url} gateway={url} workers={','.join(kinds)}", flush=True)
+        wait_healthy(url, procs)
+        print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
+        if demo:
+            from workers.chat import chat
+
+            return asyncio.run(chat(url, DEMO_MESSAGE, max_turns=cfg.max_turns))
+        signal.sigwait({signal.SIGINT, signal.SIGTERM}) if _block_signals() else None
+        return 0
+    except KeyboardInterrupt:
+        interrupted = True
+        return 130
+    finally:
+        print("turnstream: stopping" + (" (interrupted)" if interrupted else ""), flush=True)
+        stop_all(procs)
+        if server:
+            server.cleanup()
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _block_signals() -> bool:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    return True
