@@ -55,9 +55,9 @@ def assert_exactly_once_in_order(events: list[dict[str, Any]]) -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     marks = [(e["turn"], e["attempt"], e["src"], e["seq"]) for e in events]
     assert len(set(marks)) == len(marks), "duplicate event"
-    for turn in {e["turn"] for e in events}:
-        seqs = [e["seq"] for e in events if e["turn"] == turn and e["src"] == "parser"]
-        assert seqs == list(range(1, len(seqs) + 1)), f"parser events of turn {turn} not contiguous: {seqs}"
+    for turn, attempt in {(e["turn"], e["attempt"]) for e in events}:
+        seqs = [e["seq"] for e in events if (e["turn"], e["attempt"], e["src"]) == (turn, attempt, "parser")]
+        assert seqs == list(range(1, len(seqs) + 1)), f"parser events of turn {turn}.{attempt} have gaps: {seqs}"
 
 
 async def test_two_calls_in_one_turn_end_to_end(stack_factory) -> None:

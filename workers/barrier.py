@@ -93,6 +93,23 @@ class Barrier:
         rows = [(int(k[2:]), json.loads(v)) for k, v in ((k.decode(), v) for k, v in h.items()) if k.startswith("r:")]
         return [v for _, v in sorted(rows, key=lambda kv: kv[0])]
 
+    async def awaiting_client(self, sid: str, turn: int, index: int, call_id: str, name: str) -> None:
+        """Call ``index`` went to the client; the sweep times it out if no result comes."""
+        pending = json.dumps({"t": time.time(), "id": call_id, "name": name})
+        await self.r.hsetnx(keys.barrier(sid, turn), f"c:{index}", pending)
+
+    async def client_call(self, sid: str, turn: int, index: int) -> dict[str, Any] | None:
+        """The pending client-side call ``index`` ({t, id, name}), or None."""
+        raw = await self.r.hget(keys.barrier(sid, turn), f"c:{index}")
+        return None if raw is None else json.loads(raw)
+
+    async def overdue_client_calls(self, sid: str, turn: int, timeout_s: float) -> list[int]:
+        """Client-side calls of a turn still without a result after ``timeout_s``."""
+        h = {k.decode(): v for k, v in (await self.r.hgetall(keys.barrier(sid, turn))).items()}
+        now = time.time()
+        return [int(k[2:]) for k, v in h.items()
+                if k.startswith("c:") and f"r:{k[2:]}" not in h and now - json.loads(v)["t"] > timeout_s]
+
     async def has_result(self, sid: str, turn: int, index: int) -> bool:
         return bool(await self.r.hexists(keys.barrier(sid, turn), f"r:{index}"))
 

@@ -51,6 +51,7 @@ class Config:
     max_turns: int = 8
     session_ttl_s: int = 3600
     sweep_after_s: float = 2.0
+    client_tool_timeout_s: float = 300.0
     # gateway
     host: str = "127.0.0.1"
     port: int = 8000

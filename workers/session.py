@@ -74,6 +74,11 @@ class SessionInfo:
     tools: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    client_tools: list[str] = field(default_factory=list)  # calls of these go to the client
+    oneshot: bool = False  # OpenAI chat completion: one turn, calls returned to the client
+
+    def is_client_tool(self, name: str) -> bool:
+        return self.oneshot or name in self.client_tools
 
 
 def _s(x: Any) -> str:
@@ -94,13 +99,14 @@ class Sessions:
         self._publish = r.register_script(_PUBLISH)
 
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
-                     params: dict | None = None, max_turns: int = 8, meta: dict | None = None) -> None:
+                     params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
+                     client_tools: list[str] | None = None, oneshot: bool = False) -> None:
         """Write the session record and its first messages (one transaction)."""
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(keys.session(sid), mapping={
             "status": "active", "turn": 0, "key": key, "max_turns": max_turns, "created": time.time(),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
-            "conv_turn": -1,
+            "conv_turn": -1, "client_tools": json.dumps(client_tools or []), "oneshot": int(oneshot),
         })
         pipe.rpush(keys.messages(sid), *[json.dumps(m) for m in messages])
         pipe.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})
@@ -108,11 +114,12 @@ class Sessions:
 
     async def get(self, sid: str) -> SessionInfo | None:
         h = await self.r.hmget(keys.session(sid), "status", "turn", "owner", "key", "max_turns", "tools",
-                               "params", "meta")
+                               "params", "meta", "client_tools", "oneshot")
         if h[0] is None:
             return None
         return SessionInfo(sid, _s(h[0]), int(h[1] or 0), _s(h[2]), _s(h[3]), int(h[4] or 8),
-                           json.loads(h[5] or "[]"), json.loads(h[6] or "{}"), json.loads(h[7] or "{}"))
+                           json.loads(h[5] or "[]"), json.loads(h[6] or "{}"), json.loads(h[7] or "{}"),
+                           json.loads(h[8] or "[]"), bool(int(h[9] or 0)))
 
     async def field(self, sid: str, name: str) -> str | None:
         v = await self.r.hget(keys.session(sid), name)

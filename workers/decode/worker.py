@@ -29,6 +29,7 @@ from workers.barrier import Barrier, complete_turn
 from workers.config import Config
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 from workers.session import Sessions, fail_session
+from workers.tools.client import expire_overdue
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ class DecodeWorker:
         for sid_b in await self.r.zrange(keys.ACTIVE_SESSIONS, 0, -1):
             sid = sid_b.decode()
             turn = int(await self.sessions.field(sid, "turn") or 0)
+            await expire_overdue(self.barrier, self.sessions, sid, turn, self.cfg.client_tool_timeout_s)
             if await self.barrier.unsent(sid, turn, self.cfg.sweep_after_s):
                 log.info("sid=%s turn=%d sweep: completed turn was never continued", sid, turn)
                 await complete_turn(self.barrier, self.sessions, sid, turn)

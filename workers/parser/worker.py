@@ -125,6 +125,7 @@ class TurnParse:
         info = await self.w.sessions.get(self.sid)
         if info is None:
             return
+        self.info = info
         self.parser = make_parser(self.w.cfg.tool_format, tools=info.tools or None,
                                   reasoning=self.w.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn))
         self.deferred: list[ToolCallReady | ToolCallInvalid] = []
@@ -175,7 +176,11 @@ class TurnParse:
 
     async def _dispatch(self, calls: list[ToolCallReady | ToolCallInvalid]) -> None:
         for call in calls:
-            await self.w.dispatcher.dispatch(self.sid, self.turn, self.attempt, call)
+            if isinstance(call, ToolCallReady) and self.info.is_client_tool(call.name):
+                await self.w.barrier.awaiting_client(self.sid, self.turn, call.index, call.id, call.name)
+                continue  # the client runs it and posts the result (workers.tools.client)
+            if not self.info.oneshot:
+                await self.w.dispatcher.dispatch(self.sid, self.turn, self.attempt, call)
 
     async def _end(self, end: TokenEnd) -> None:
         await self._emit(self.parser.finish())
@@ -184,8 +189,8 @@ class TurnParse:
                                     n_calls=self.n_calls)])
         log.info("sid=%s turn=%d attempt=%d parsed: %d calls, %s", self.sid, self.turn, self.attempt,
                  self.n_calls, end.finish_reason)
-        if self.n_calls == 0:
-            reason = "length" if end.finish_reason == "length" else "stop"
+        if self.n_calls == 0 or self.info.oneshot:
+            reason = self._finish_reason(end)
             await end_session(self.w.sessions, self.sid, self.turn, reason, "".join(self.content),
                               self.w.cfg.session_ttl_s)
             return
