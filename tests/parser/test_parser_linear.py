@@ -1,0 +1,49 @@
+"""Total parsing work is linear in the text, whatever the chunking."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from workers.parser import collect, make_parser
+
+CALL = '<tool_call>\n{"name": "write", "arguments": {"path": "a/b.txt", "text": "%s"}}\n</tool_call>\n'
+PROSE = "Some narration with a < b, {braces} and [brackets] that is not a call. "
+
+
+def long_turn(n: int) -> str:
+    """About ``n`` characters: prose, then calls with long string arguments, then prose."""
+    parts, size = ["<think>" + PROSE * 3 + "</think>"], 0
+    while size < n:
+        piece = PROSE * 4 + CALL % ("x\\n" * 200)
+        parts.append(piece)
+        size += len(piece)
+    return "".join(parts)[:n]
+
+
+def work(text: str, step: int) -> tuple[int, float]:
+    p = make_parser("hermes", reasoning="think")
+    t0 = time.thread_time()
+    events = []
+    for i in range(0, len(text), step):
+        events += p.feed(text[i:i + step])
+    events += p.finish()
+    elapsed = time.thread_time() - t0
+    collect(events)
+    return p.work, elapsed
+
+
+def best_work(text: str, step: int) -> tuple[int, float]:
+    """Operation count and the best CPU time of three runs."""
+    runs = [work(text, step) for _ in range(3)]
+    return runs[0][0], min(t for _, t in runs)
+
+
+@pytest.mark.parametrize("step", [1, 4])
+def test_work_is_linear(step: int) -> None:
+    w8, t8 = best_work(long_turn(8_000), step)
+    w32, t32 = best_work(long_turn(32_000), step)
+    assert 3.5 < w32 / w8 < 4.5, (w8, w32)
+    assert w32 < 3 * 32_000  # each character is handed to a state a bounded number of times
+    assert t32 / t8 < 8, (t8, t32)  # loose CPU-time guard against hidden quadratic work

@@ -1,0 +1,52 @@
+"""Format names -> parser classes, and the two entry points built on them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from workers.parser.core import StreamParser
+from workers.parser.turn import Turn, collect
+
+# name -> "module:Class" (imported on first use)
+_PARSERS: dict[str, str] = {
+    "hermes": "workers.parser.hermes:HermesParser",
+    "deepseek_v3": "workers.parser.deepseek:DeepSeekV3Parser",
+    "deepseek_v31": "workers.parser.deepseek:DeepSeekV31Parser",
+    "kimi_k2": "workers.parser.kimi:KimiK2Parser",
+    "qwen3_coder": "workers.parser.xmlcalls:Qwen3CoderParser",
+    "minimax_m2": "workers.parser.xmlcalls:MiniMaxM2Parser",
+    "glm45": "workers.parser.glm:Glm45Parser",
+    "llama3_json": "workers.parser.llama3:Llama3JsonParser",
+    "mistral": "workers.parser.mistral:MistralParser",
+    "pythonic": "workers.parser.pythonic:PythonicParser",
+    "harmony": "workers.parser.harmony:HarmonyParser",
+}
+FORMATS: tuple[str, ...] = tuple(_PARSERS)
+
+
+class UnknownFormat(ValueError):
+    """No parser has this name."""
+
+
+def parser_class(name: str) -> type[StreamParser]:
+    """The parser class registered as ``name``."""
+    try:
+        target = _PARSERS[name]
+    except KeyError:
+        raise UnknownFormat(f"unknown tool-call format {name!r}; known: {', '.join(FORMATS)}") from None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_parser(name: str, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,
+                call_id_prefix: str = "call_") -> StreamParser:
+    """A fresh parser for one turn of format ``name`` (reasoning: None, "think", "think_forced")."""
+    return parser_class(name)(tools=tools, reasoning=reasoning, call_id_prefix=call_id_prefix)
+
+
+def parse_text(name: str, text: str, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,
+               call_id_prefix: str = "call_") -> Turn:
+    """Parse a whole completion at once; equal to any streamed parse of the same text."""
+    p = make_parser(name, tools=tools, reasoning=reasoning, call_id_prefix=call_id_prefix)
+    return collect(p.feed(text) + p.finish())
