@@ -1,0 +1,110 @@
+"""Random-weight checkpoints built from nothing (no download), for tests and benchmarks.
+
+``build_checkpoint(dir, arch)`` writes a Hugging Face directory: ``config.json``,
+``generation_config.json``, ``model.safetensors`` (transformers ``save_pretrained``), a small
+byte-level BPE ``tokenizer.json`` trained on a built-in corpus, and ``tokenizer_config.json``
+with a Qwen2.5-style chat template (system, tools, ``<tool_call>``, ``<tool_response>``).
+Needs ``transformers`` (a test dependency).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+CHAT_TEMPLATE = """{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+{{- "\\n\\n# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+{%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags.<|im_end|>\\n" }}
+{%- else %}
+{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}
+{%- endif %}
+{%- for message in messages %}
+{%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+{%- elif message.role == "assistant" %}
+{{- '<|im_start|>' + message.role }}
+{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+{%- for tool_call in message.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\\n<tool_call>\\n{"name": "' }}{{- tool_call.name }}{{- '", "arguments": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- elif message.role == "tool" %}
+{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}
+{%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}{{- '<|im_end|>\\n' }}{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
+"""
+
+_CORPUS = [
+    "You are a helpful assistant. Answer the question and call tools when you need them.",
+    "What is the weather in Paris today? Let me check the forecast for you.",
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
+    '{"name": "search", "arguments": {"query": "population of Tokyo"}}',
+    "The result is 42. The temperature is 18 degrees and it is sunny with light wind.",
+    "def add(a: int, b: int) -> int:\n    return a + b\n",
+    "Héllo wörld, ça va? Ünïcödé façade naïve café.",
+    "中文测试：你好，世界。日本語のテキストです。",
+    "Emoji test 🙂🚀✨ and symbols ∑ ∫ √ π ≈ ≠ ≤ ≥.",
+    "The quick brown fox jumps over the lazy dog 0123456789 times.",
+]
+
+
+def build_tokenizer(vocab_size: int = 512) -> Tokenizer:
+    """A byte-level BPE tokenizer with chat special tokens (deterministic)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_CORPUS * 4, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    return tok
+
+
+def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int = 64, num_layers: int = 2,
+                     num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
+                     max_position_embeddings: int = 4096, vocab_size: int = 512, tie_word_embeddings: bool = True,
+                     rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0) -> Path:
+    """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``."""
+    import torch
+    import transformers
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(vocab_size)
+    tok.save(str(path / "tokenizer.json"))
+    eos = tok.token_to_id("<|im_end|>")
+    config_cls, model_cls = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+                             "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[arch]
+    extra: dict[str, Any] = {"head_dim": hidden_size // num_heads} if arch == "qwen3" else {}
+    if rope_scaling is not None:
+        extra["rope_parameters"] = {"rope_theta": 10000.0, **rope_scaling}
+    config = getattr(transformers, config_cls)(
+        vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_kv_heads, intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
+        initializer_range=init_std, eos_token_id=eos, bos_token_id=None, pad_token_id=None, **extra)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(config).eval()
+    model.save_pretrained(path)
+    _write_tokenizer_config(path)
+    return path
+
+
+def _write_tokenizer_config(path: Path) -> None:
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+           "bos_token": None, "chat_template": CHAT_TEMPLATE, "model_max_length": 4096}
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))

@@ -1,0 +1,193 @@
+"""Chat-template rendering and incremental detokenisation over a ``tokenizers`` tokenizer.
+
+``render`` does what transformers' ``apply_chat_template(tokenize=False)`` does: a sandboxed
+jinja2 environment with ``trim_blocks``/``lstrip_blocks``, ``loopcontrols``, the ``tojson``
+filter (no HTML escaping), ``raise_exception`` and ``strftime_now``, and the special tokens
+(``bos_token``, ``eos_token`` ...) as variables.  Assistant messages that carry ``raw`` (the
+exact text generated in that turn) are rendered from it: ``{"role": "assistant", "content": raw}``.
+
+``TextStream`` turns one completion's token ids into text chunks that never split a UTF-8
+character (``tokenizers.decoders.DecodeStream``), keep special tokens, and stop at stop
+strings: text that could be the start of a stop string is held back until it cannot be.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+from workers.decode.errors import ModelLoadError, PromptError
+
+_SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+class ChatTokenizer:
+    def __init__(self, tokenizer: Tokenizer, templates: dict[str, str], specials: dict[str, str]) -> None:
+        self.tokenizer, self.templates, self.specials = tokenizer, templates, specials
+        self._compiled: dict[str, jinja2.Template] = {}
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> "ChatTokenizer":
+        path = Path(path)
+        if not (path / "tokenizer.json").exists():
+            raise ModelLoadError(f"{path} has no tokenizer.json")
+        cfg = _read_json(path / "tokenizer_config.json")
+        specials = {k: _token_text(cfg[k]) for k in _SPECIAL_KEYS if cfg.get(k)}
+        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), _templates(path, cfg), specials)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, text: str) -> int | None:
+        return self.tokenizer.token_to_id(text)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = self.specials.get("eos_token")
+        return self.token_id(eos) if eos else None
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = True) -> str:
+        """The prompt text for ``messages`` (and ``tools``), as the model's chat template writes it."""
+        template = self._template("tool_use" if tools and "tool_use" in self.templates else "default")
+        try:
+            return template.render(messages=[_plain(m) for m in messages], tools=tools,
+                                   add_generation_prompt=add_generation_prompt, **self.specials)
+        except jinja2.TemplateError as exc:
+            raise PromptError(f"the chat template rejected the conversation: {exc}") from exc
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special tokens in the text are recognised, none are added."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def stream(self, stop: tuple[str, ...] = ()) -> "TextStream":
+        return TextStream(self.tokenizer, stop)
+
+    def _template(self, name: str) -> jinja2.Template:
+        if name not in self.templates:
+            raise PromptError("the tokenizer has no chat template")
+        if name not in self._compiled:
+            self._compiled[name] = _environment().from_string(self.templates[name])
+        return self._compiled[name]
+
+
+class TextStream:
+    """Text of one completion, token by token; ``stopped`` once a stop string appeared.
+
+    The concatenation of ``push`` outputs and ``flush`` equals ``decode(ids)`` cut before the
+    first stop string (``flush`` also emits trailing bytes that never formed a character).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...]) -> None:
+        self.tokenizer, self.stop = tokenizer, tuple(s for s in stop if s)
+        self.decoder = DecodeStream(skip_special_tokens=False)
+        self.ids: list[int] = []
+        self.decoded = ""  # everything the incremental decoder produced
+        self.pending = ""  # decoded text held back: it may begin a stop string
+        self.stopped = False
+
+    def push(self, token_id: int) -> str:
+        """Text that is now safe to emit (empty while a character or a stop string is incomplete)."""
+        if self.stopped:
+            return ""
+        self.ids.append(token_id)
+        piece = self.decoder.step(self.tokenizer, token_id) or ""
+        self.decoded += piece
+        return self._release(self.pending + piece, final=False)
+
+    def flush(self) -> str:
+        """The held-back text, at the end of the completion."""
+        if self.stopped:
+            return ""
+        full = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        tail = full[len(self.decoded):] if full.startswith(self.decoded) else ""
+        return self._release(self.pending + tail, final=True)
+
+    def _release(self, buf: str, final: bool) -> str:
+        if not self.stop:
+            return buf
+        cut = self._first_stop(buf)
+        if cut is not None:
+            self.stopped, self.pending = True, ""
+            return buf[:cut]
+        keep = 0 if final else self._holdback(buf)
+        self.pending = buf[len(buf) - keep:]
+        return buf[:len(buf) - keep]
+
+    def _first_stop(self, buf: str) -> int | None:
+        """Start of the stop string that is complete first (smallest end; the longest on a tie)."""
+        hits = [(i + len(s), i) for s in self.stop if (i := buf.find(s)) >= 0]
+        return min(hits)[1] if hits else None
+
+    def _holdback(self, buf: str) -> int:
+        """Length of the longest suffix of ``buf`` that is a proper prefix of a stop string."""
+        longest = max((len(s) for s in self.stop), default=1) - 1
+        for k in range(min(longest, len(buf)), 0, -1):
+            if any(s.startswith(buf[-k:]) for s in self.stop):
+                return k
+        return 0
+
+
+def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as the template should see it: assistant turns with ``raw`` become that text."""
+    if message.get("role") == "assistant" and message.get("raw") is not None:
+        return {"role": "assistant", "content": message["raw"]}
+    return {k: v for k, v in message.items() if k != "raw"}
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols, _Generation])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+class _Generation(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (assistant-mask markers) renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _templates(path: Path, cfg: dict[str, Any]) -> dict[str, str]:
+    if (path / "chat_template.jinja").exists():
+        return {"default": (path / "chat_template.jinja").read_text()}
+    template = cfg.get("chat_template") or _read_json(path / "chat_template.json").get("chat_template")
+    if isinstance(template, list):
+        return {t["name"]: t["template"] for t in template}
+    return {"default": template} if template else {}
+
+
+def _token_text(value: Any) -> str:
+    return value["content"] if isinstance(value, dict) else str(value)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
