@@ -14,7 +14,12 @@ one session's keys share a slot and no script ever touches two slots.
     ts:s:{sid}:t:{turn}:bar     hash: the turn's fan-in barrier
     ts:s:{sid}:t:{turn}:run:{i} string: "this non-idempotent call has started" (SET NX)
     ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
+    ts:tools:q:{pool}           arq queue (sorted set) of one tool pool, on the queue server
+    ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
+    ts:tools:pools              hash: tool name -> pool, announced by tool workers (MCP tools too)
     ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep)
+    ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
+    ts:rl:{key_id}              hash: one API key's rate-limit token bucket
     ts:dead                     stream: undecodable or poison entries
 """
 
@@ -29,7 +34,9 @@ PARSE_GROUP = "parse"
 DEAD = f"{PREFIX}:dead"
 TOOL_DURATIONS = f"{PREFIX}:tools:dur"
 ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
+TOOL_POOLS = f"{PREFIX}:tools:pools"
 DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
+DECODER_KEYS_PATTERN = f"{PREFIX}:decode:*"  # job streams, private streams, heartbeats
 
 
 def decoder_jobs(worker: str) -> str:
@@ -83,6 +90,21 @@ def continue_job_id(sid: str, turn: int) -> str:
 def tool_queue(pool: str) -> str:
     """The arq queue of one tool pool."""
     return f"{PREFIX}:tools:q:{pool}"
+
+
+def tool_wake(pool: str) -> str:
+    """The wake list of one tool pool: the dispatcher pushes a token per job, idle workers BLPOP it."""
+    return f"{tool_queue(pool)}:wake"
+
+
+def gateway_wake(gateway: str) -> str:
+    """The wake-up stream of one gateway process's shared event reader."""
+    return f"{PREFIX}:gw:{gateway}:wake"
+
+
+def rate_limit(key_id: str) -> str:
+    """The token bucket of one API key (or client address in open mode)."""
+    return f"{PREFIX}:rl:{key_id}"
 
 
 def sid_of(key: str) -> str:

@@ -11,7 +11,11 @@ Barrier hash ``ts:s:{sid}:t:{turn}:bar``::
 
     n        number of calls of the turn (written once, by the parser at turn end)
     nres     results recorded so far       r:{i}   result JSON of call i (first write wins)
-    s:{i}    call i started                done    completion time   sent   continuation sent
+    s:{i}    call i started                c:{i}   call i went to the client ({t, id, name})
+    done     completion time               sent    continuation sent
+
+Redis Cluster: the script's KEYS are the barrier hash and the session's event stream, both
+tagged ``{sid}``; ``send_continuation`` and the client-call helpers are plain commands.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 _BARRIER = """
 local op = ARGV[1]
 if op == 'started' then
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[2]) == 1 then return -1 end
   if redis.call('HSETNX', KEYS[1], 's:' .. ARGV[2], ARGV[3]) == 0 then return 0 end
   if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
   redis.call('EXPIRE', KEYS[1], ARGV[6])
@@ -62,6 +67,12 @@ class Arrival(IntEnum):
     COMPLETED = 2  # this caller completed the turn: it must send the continuation
 
 
+class Start(IntEnum):
+    HAS_RESULT = -1  # the call already has a result: a duplicate delivery, do nothing
+    AGAIN = 0  # started before (a re-delivered job): run it again only if that is safe
+    FIRST = 1
+
+
 class Barrier:
     """Atomic arrivals on one turn's barrier, and the continuation send."""
 
@@ -70,22 +81,21 @@ class Barrier:
         self.ttl_s = ttl_s
         self._script = r.register_script(_BARRIER)
 
-    async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> Arrival:
+    async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> int:
         args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time())]
-        res = await self._script(keys=[keys.barrier(sid, turn), keys.events(sid)], args=args)
-        return Arrival(int(res))
+        return int(await self._script(keys=[keys.barrier(sid, turn), keys.events(sid)], args=args))
 
-    async def started(self, sid: str, turn: int, index: int, event: bytes = b"") -> bool:
-        """Mark call ``index`` started (publishing ``event`` once); False if it already was."""
-        return bool(await self._call(sid, turn, "started", index, "1", event))
+    async def start(self, sid: str, turn: int, index: int, event: bytes = b"") -> Start:
+        """Mark call ``index`` started, publishing ``event`` the first time (one round trip)."""
+        return Start(await self._call(sid, turn, "started", index, "1", event))
 
     async def result(self, sid: str, turn: int, index: int, result: dict[str, Any], event: bytes = b"") -> Arrival:
         """Record call ``index``'s result and publish its event, exactly once."""
-        return await self._call(sid, turn, "result", index, json.dumps(result), event)
+        return Arrival(await self._call(sid, turn, "result", index, json.dumps(result), event))
 
     async def turn_end(self, sid: str, turn: int, n_calls: int) -> Arrival:
         """Record that turn ``turn`` produced ``n_calls`` calls awaiting results."""
-        return await self._call(sid, turn, "end", n_calls)
+        return Arrival(await self._call(sid, turn, "end", n_calls))
 
     async def results(self, sid: str, turn: int) -> list[dict[str, Any]]:
         """The recorded results of a turn, by call index."""
@@ -93,13 +103,14 @@ class Barrier:
         rows = [(int(k[2:]), json.loads(v)) for k, v in ((k.decode(), v) for k, v in h.items()) if k.startswith("r:")]
         return [v for _, v in sorted(rows, key=lambda kv: kv[0])]
 
-    async def awaiting_client(self, sid: str, turn: int, index: int, call_id: str, name: str) -> None:
+    async def awaiting_client(self, sid: str, turn: int, index: int, call_id: str, name: str,
+                              arguments: str = "{}") -> None:
         """Call ``index`` went to the client; the sweep times it out if no result comes."""
-        pending = json.dumps({"t": time.time(), "id": call_id, "name": name})
+        pending = json.dumps({"t": time.time(), "id": call_id, "name": name, "arguments": arguments})
         await self.r.hsetnx(keys.barrier(sid, turn), f"c:{index}", pending)
 
     async def client_call(self, sid: str, turn: int, index: int) -> dict[str, Any] | None:
-        """The pending client-side call ``index`` ({t, id, name}), or None."""
+        """The pending client-side call ``index`` ({t, id, name, arguments}), or None."""
         raw = await self.r.hget(keys.barrier(sid, turn), f"c:{index}")
         return None if raw is None else json.loads(raw)
 

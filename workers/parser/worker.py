@@ -149,12 +149,12 @@ class TurnParse:
         if tok.attempt > self.attempt:
             raise TurnSuperseded()
         if isinstance(tok, TokenChunk):
-            await self._emit(self.parser.feed(tok.text))
+            await self._emit(self.parser.feed(tok.text), t0=tok.t_emit)
             return False
         await self._end(tok)
         return True
 
-    async def _emit(self, bodies: list[Any]) -> None:
+    async def _emit(self, bodies: list[Any], t0: float = 0.0) -> None:
         items: list[tuple[int, bytes]] = []
         calls: list[ToolCallReady | ToolCallInvalid] = []
         for body in bodies:
@@ -164,8 +164,9 @@ class TurnParse:
             if isinstance(body, (ToolCallReady, ToolCallInvalid)):
                 calls.append(body)
             ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=self.seq, src="parser",
-                       ts=time.time(), body=body)
+                       ts=time.time(), body=body, t0=t0)
             items.append((self.seq, encode(ev)))
+        await self._await_client(calls)  # before the client can see them and post results
         if items and items[-1][0] > self.published:
             self.published = await self.w.sessions.publish_once(self.sid, self.cursor, items, bus.EVENT_STREAM_MAXLEN)
         self.n_calls += len(calls)
@@ -174,12 +175,19 @@ class TurnParse:
         else:
             await self._dispatch(calls)
 
+    def _is_client_call(self, call: ToolCallReady | ToolCallInvalid) -> bool:
+        return isinstance(call, ToolCallReady) and self.info.is_client_tool(call.name)
+
+    async def _await_client(self, calls: list[ToolCallReady | ToolCallInvalid]) -> None:
+        """Mark client-side calls pending: the client runs them and posts results (workers.tools.client)."""
+        for call in calls:
+            if self._is_client_call(call):
+                await self.w.barrier.awaiting_client(self.sid, self.turn, call.index, call.id, call.name,
+                                                      call.arguments)
+
     async def _dispatch(self, calls: list[ToolCallReady | ToolCallInvalid]) -> None:
         for call in calls:
-            if isinstance(call, ToolCallReady) and self.info.is_client_tool(call.name):
-                await self.w.barrier.awaiting_client(self.sid, self.turn, call.index, call.id, call.name)
-                continue  # the client runs it and posts the result (workers.tools.client)
-            if not self.info.oneshot:
+            if not self._is_client_call(call) and not self.info.oneshot:
                 await self.w.dispatcher.dispatch(self.sid, self.turn, self.attempt, call)
 
     async def _end(self, end: TokenEnd) -> None:

@@ -1,139 +1,239 @@
-"""The tool worker shell: an arq worker that wakes at once and reports into the session.
+"""The tool worker shell: arq's Worker, woken at once, with leased jobs (``turnstream worker tools``).
 
-Keeps arq's job model (ids, retries, timeouts, max jobs) but not its 0.5 s poll sleep:
-between polls it blocks on the pool's wake list, which the dispatcher pushes on every
-enqueue.  Results go straight to the session's event stream and the turn's barrier (one
-script, exactly once); the caller that completes the turn sends the continuation.
+Pools.  One arq queue per pool (``keys.tool_queue``); a worker serves the pool ``--pool NAME``
+(``Config.pool``); start any number of workers per pool.  arq's job model is kept as is:
+deterministic job ids, ``job_try``, timeouts, ``max_jobs`` concurrent jobs per worker,
+msgspec (not pickle) serialisation.  The job body is ``ToolRunner.run_tool``.  Only the claim
+differs: arq's WATCH/EXISTS/ZSCORE/MULTI (four round trips per job) is one script per poll,
+over the same keys, on the queue server (non-cluster, like arq itself).
+
+Waking.  Stock arq sleeps ``poll_delay`` (0.5 s) between polls of its queue.  Here a worker
+with a free slot waits in ``BLPOP`` on the pool's wake list instead, where the dispatcher pushes
+each new job's id, so a job starts as soon as it is enqueued.  Invariants that keep several
+workers per pool correct:
+
+* only a worker with a free slot takes a token, and it claims that job right away (one
+  script: due, not in progress -> leased), so the job is started by it or already was;
+* a full worker waits for one of its jobs to end and then polls at once (no token needed);
+* a poll that fills the worker while the queue held more jobs pushes a poll token, so another
+  idle worker polls for the rest;
+* the full ``poll_delay`` poll stays, however busy the worker, as a backstop (trimmed or
+  expired tokens, expired leases below) and for arq's housekeeping.
+
+Crash recovery (leases).  arq marks a started job with ``arq:in-progress:<id>`` and re-runs
+the job of a SIGKILLed worker only when that key expires: normally the longest job timeout
++ 10 s.  Here the key is a lease of ``lease_s`` (3 s) that the owning worker renews every
+``lease_s / 3`` while the job runs.  When a worker dies, its leases lapse and the next poll of
+any worker of the pool restarts the job with ``job_try + 1``: recovery takes at most
+``lease_s + poll_delay`` (3.5 s), whatever the tool's timeout.  A worker whose event loop
+stalls longer than its lease may see its job started twice: harmless for idempotent tools,
+and non-idempotent ones run at most once anyway (``workers.tools.runner``).  SIGTERM stops
+taking jobs, lets running ones finish for ``grace_s``, then cancels the rest: arq re-queues
+them and a poll token sends another worker of the pool to them at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
 from arq.connections import RedisSettings, create_pool
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
 from arq.worker import Worker, func
+from redis.exceptions import RedisError
 
 from schemas import keys
-from schemas.codec import UndecodableEntry, decode_tool_job, encode
-from schemas.events import Event, ToolJob, ToolResult, ToolStarted
-from workers import bus
-from workers.barrier import Arrival, Barrier, complete_turn
 from workers.config import Config
 from workers.decode.worker import default_worker_id
-from workers.session import Sessions
-from workers.tools.dispatch import RUN_TOOL, deserialize, serialize, wake_key
-from workers.tools.registry import Registry, ToolOutcome
+from workers.tools.dispatch import POLL_TOKEN, RUN_TOOL, announce, deserialize, push_poll_token, serialize
+from workers.tools.registry import Registry
+from workers.tools.runner import MAX_DELIVERIES, ToolRunner, job_timeout
 
 log = logging.getLogger(__name__)
 
-EWMA_ALPHA = 0.3
+LEASE_S = 3.0
+POLL_DELAY_S = 0.5
+GRACE_S = 5.0
+CLOSE_WAIT_S = 2.0
+
+
+# KEYS: queue, then the in-progress key of each candidate; ARGV: now ms, lease ms, free slots, candidate ids.
+# Claims (leases) each candidate that is due and not in progress, up to the free slots: [id, score, ...].
+_CLAIM = """
+local out, free = {}, tonumber(ARGV[3])
+for i = 4, #ARGV do
+  if #out >= 2 * free then break end
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) <= tonumber(ARGV[1]) and redis.call('EXISTS', KEYS[i - 2]) == 0 then
+    redis.call('SET', KEYS[i - 2], '1', 'PX', ARGV[2])
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = score
+  end
+end
+return out
+"""
 
 
 class WakingWorker(Worker):
-    """arq's Worker, but idle time is spent in BLPOP on the wake list, not in sleep."""
+    """arq's Worker; idle time is spent in BLPOP on the wake list, and job ownership is leased."""
 
-    def __init__(self, *args: Any, wake: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, wake: str, lease_s: float = LEASE_S, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.wake = wake
+        self.wake, self.lease_s = wake, lease_s
+        self.in_progress_timeout_s = lease_s  # arq's in-progress key becomes a renewed lease
+        self._slot_freed = asyncio.Event()
+        self._next_poll = 0.0
+        self._lease_task: asyncio.Task | None = None
 
     async def main(self) -> None:
+        """Poll, then wait for the next reason to poll; until cancelled."""
         if self._pool is None:
             self._pool = await create_pool(self.redis_settings, job_serializer=serialize,
                                            job_deserializer=deserialize, default_queue_name=self.queue_name)
         self.ctx["redis"] = self.pool
+        self._claim = self.pool.register_script(_CLAIM)
         if self.on_startup:
             await self.on_startup(self.ctx)
+        self._lease_task = self._lease_task or asyncio.create_task(self._renew_leases())
         while True:
-            await self._poll_iteration()
-            await self.pool.blpop([self.wake], timeout=self.poll_delay_s)
+            try:
+                await self._poll_iteration()
+                self._next_poll = time.monotonic() + self.poll_delay_s
+                while (job_id := await self._idle()) is not None:  # woken for one job: claim just it
+                    await self.start_jobs([job_id])
+            except (RedisError, OSError) as exc:
+                log.warning("tool worker: queue unavailable (%s); retrying", exc)
+                await asyncio.sleep(self.poll_delay_s)
+
+    async def _idle(self) -> bytes | None:
+        """The id of a job to claim (a wake token), or None when a full poll is due: a poll token,
+        a freed slot while full, or ``poll_delay`` since the last poll."""
+        left = self._next_poll - time.monotonic()
+        if left <= 0:
+            return None
+        if self.job_counter >= self.max_jobs:
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._slot_freed.wait()
+            return None
+        popped = await self.pool.blpop([self.wake], timeout=max(left, 0.01))
+        return None if popped is None or popped[1] == POLL_TOKEN else popped[1]
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """Claim up to our free slots of ``job_ids`` in one script (arq: 4 round trips per job) and run them."""
+        free = self.max_jobs - self.job_counter
+        if free <= 0 or not job_ids:
+            return
+        ids = [j.decode() for j in job_ids]
+        claimed = await self._claim(keys=[self.queue_name, *(in_progress_key_prefix + i for i in ids)],
+                                    args=[timestamp_ms(), int(self.lease_s * 1000), free, *ids])
+        for job_id, score in zip(claimed[::2], claimed[1::2]):
+            await self._run(job_id.decode(), int(float(score)))
+        if len(claimed) // 2 == free and len(ids) > free:
+            await self._hand_off()
+
+    async def _run(self, job_id: str, score: int) -> None:
+        """Start arq's ``run_job`` for a claimed job (its slot accounting, as ``Worker.start_jobs``)."""
+        self.job_counter += 1
+        await self.sem.acquire()  # never waits: job_counter <= max_jobs < the semaphore's max_jobs + 1
+        task = asyncio.create_task(self.run_job(job_id, score))
+        task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+        self.tasks[job_id] = task
+
+    async def _hand_off(self) -> None:
+        """We are full and the queue may hold more jobs: wake another worker to poll for them."""
+        await push_poll_token(self.pool, self.wake)
+
+    def _release_sem_dec_counter_on_complete(self) -> None:
+        super()._release_sem_dec_counter_on_complete()
+        self._slot_freed.set()
+
+    def running(self) -> list[str]:
+        """Ids of the jobs this worker is running now."""
+        return [job_id for job_id, t in self.tasks.items() if not t.done()]
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            ids = self.running()
+            if not ids or self._pool is None:
+                continue
+            try:
+                pipe = self.pool.pipeline(transaction=False)
+                for job_id in ids:
+                    pipe.pexpire(in_progress_key_prefix + job_id, int(self.lease_s * 1000))
+                await pipe.execute()
+            except (RedisError, OSError) as exc:
+                log.warning("tool worker: lease renewal failed (%s)", exc)
+
+    async def drain(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for the running jobs (leases still renewed)."""
+        running = [t for t in self.tasks.values() if not t.done()]
+        if running:
+            log.info("tool worker: waiting up to %.0f s for %d running jobs", grace_s, len(running))
+            await asyncio.wait(running, timeout=grace_s)
+
+    async def close(self) -> None:
+        """Cancel the jobs still running (arq re-queues them at once), stop renewing, close the pool."""
+        for task in list(self.job_tasks.values()):
+            task.cancel()  # the job function only: arq's wrapper then re-queues the job
+        running = [t for t in self.tasks.values() if not t.done()]
+        if running:
+            _, late = await asyncio.wait(running, timeout=CLOSE_WAIT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            with contextlib.suppress(RedisError, OSError):
+                await push_poll_token(self.pool, self.wake)  # another worker takes them now
+        if self._lease_task:
+            self._lease_task.cancel()
+            await asyncio.gather(self._lease_task, return_exceptions=True)
+        if self._pool is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.pool.delete(self.health_check_key)
+            await self.pool.aclose()
+            self._pool = None
 
 
-class ToolRunner:
-    """The body of ``run_tool``: validate, run once, publish, record, maybe continue."""
+def build_worker(cfg: Config, r: aioredis.Redis, registry: Registry, *, poll_delay_s: float = POLL_DELAY_S,
+                 lease_s: float = LEASE_S, me: str = "") -> WakingWorker:
+    """A worker for ``cfg.pool``: results and sessions on ``r``, the queue on ``cfg.arq_url``."""
+    runner = ToolRunner(cfg, r, registry, me or cfg.worker_id or default_worker_id("tools"))
 
-    def __init__(self, cfg: Config, r: aioredis.Redis, registry: Registry) -> None:
-        self.cfg, self.r, self.registry = cfg, r, registry
-        self.me = cfg.worker_id or default_worker_id("tools")
-        self.sessions = Sessions(r)
-        self.barrier = Barrier(r, cfg.session_ttl_s)
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        await announce(ctx["redis"], registry)
 
-    async def run_tool(self, ctx: dict[str, Any], payload: bytes) -> str:
-        try:
-            job = decode_tool_job(payload)
-        except UndecodableEntry as exc:
-            await self.r.xadd(keys.DEAD, {b"stream": b"arq", b"reason": str(exc), bus.FIELD: payload})
-            return "undecodable"
-        if await self.barrier.has_result(job.sid, job.turn, job.index):
-            return "duplicate"
-        outcome = await self._outcome(job, int(ctx.get("job_try", 1)))
-        await self._record(job, outcome)
-        return "error" if outcome.is_error else "ok"
-
-    async def _outcome(self, job: ToolJob, job_try: int) -> ToolOutcome:
-        if not job.valid:
-            return ToolOutcome(content=f"error: the call to {job.name or 'a tool'} was malformed ({job.error}); "
-                                       "nothing was run. Emit a complete, valid JSON call.", is_error=True,
-                               error_kind="invalid_json")
-        started = Event(sid=job.sid, turn=job.turn, attempt=job.attempt, seq=2 * job.index, src="tools",
-                        ts=time.time(), body=ToolStarted(index=job.index, id=job.call_id, name=job.name, worker=self.me))
-        await self.barrier.started(job.sid, job.turn, job.index, encode(started))
-        spec = self.registry.get(job.name)
-        if spec is not None and not spec.idempotent:
-            fresh = await self.r.set(keys.tool_run(job.sid, job.turn, job.index), self.me, nx=True,
-                                     ex=self.cfg.session_ttl_s)
-            if not fresh:
-                return ToolOutcome(content=f"error: {job.name} was interrupted after it started and is not "
-                                           "idempotent, so it was not run again; its effect is unknown. "
-                                           "Check its state before retrying.", is_error=True,
-                                   error_kind="interrupted")
-        return await self.registry.run(job.name, job.arguments)
-
-    async def _record(self, job: ToolJob, outcome: ToolOutcome) -> None:
-        result = {"index": job.index, "id": job.call_id, "name": job.name, "arguments": job.arguments,
-                  "content": outcome.content, "is_error": outcome.is_error, "duration_ms": outcome.duration_ms}
-        ev = Event(sid=job.sid, turn=job.turn, attempt=job.attempt, seq=2 * job.index + 1, src="tools",
-                   ts=time.time(), body=ToolResult(index=job.index, id=job.call_id, name=job.name,
-                                                   content=outcome.content, is_error=outcome.is_error,
-                                                   duration_ms=outcome.duration_ms))
-        arrival = await self.barrier.result(job.sid, job.turn, job.index, result, encode(ev))
-        if not outcome.is_error and self.registry.get(job.name):
-            await self._learn_duration(job.name, outcome.duration_ms)
-        log.info("sid=%s turn=%d call %d %s -> %s in %.1f ms", job.sid, job.turn, job.index, job.name,
-                 "error" if outcome.is_error else "ok", outcome.duration_ms)
-        if arrival == Arrival.COMPLETED:
-            await complete_turn(self.barrier, self.sessions, job.sid, job.turn)
-
-    async def _learn_duration(self, name: str, ms: float) -> None:
-        """EWMA of a tool's duration, read by decoders for pin deadlines (approximate under races)."""
-        prev = await self.r.hget(keys.TOOL_DURATIONS, name)
-        value = ms if prev is None else (1 - EWMA_ALPHA) * float(prev) + EWMA_ALPHA * ms
-        await self.r.hset(keys.TOOL_DURATIONS, name, f"{value:.3f}")
-
-
-def build_worker(cfg: Config, r: aioredis.Redis, registry: Registry, poll_delay_s: float = 0.5) -> WakingWorker:
-    runner = ToolRunner(cfg, r, registry)
-    timeout = max([s.timeout_s for s in map(registry.get, registry.names()) if s] + [30.0]) + 5
-    worker = WakingWorker(
-        functions=[func(runner.run_tool, name=RUN_TOOL, timeout=timeout, max_tries=3)],
-        queue_name=keys.tool_queue(cfg.pool), wake=wake_key(cfg.pool), max_jobs=cfg.tool_max_jobs,
-        poll_delay=poll_delay_s, keep_result=cfg.session_ttl_s, handle_signals=False,
-        job_serializer=serialize, job_deserializer=deserialize, health_check_interval=3600,
-        redis_settings=RedisSettings.from_dsn(cfg.arq_url),
+    return WakingWorker(
+        functions=[func(runner.run_tool, name=RUN_TOOL, timeout=job_timeout(registry),
+                        max_tries=MAX_DELIVERIES + 1)],
+        queue_name=keys.tool_queue(cfg.pool), wake=keys.tool_wake(cfg.pool), lease_s=lease_s,
+        max_jobs=cfg.tool_max_jobs, poll_delay=poll_delay_s, keep_result=cfg.session_ttl_s,
+        handle_signals=False, job_serializer=serialize, job_deserializer=deserialize, on_startup=on_startup,
+        health_check_interval=3600, redis_settings=RedisSettings.from_dsn(cfg.arq_url),
     )
-    return worker
 
 
-async def run_tools_worker(cfg: Config, r: aioredis.Redis, registry: Registry, stop: asyncio.Event) -> None:
-    worker = build_worker(cfg, r, registry)
+async def run_tools_worker(cfg: Config, r: aioredis.Redis, registry: Registry, stop: asyncio.Event,
+                           grace_s: float = GRACE_S) -> None:
+    """Serve ``cfg.pool`` until ``stop`` is set, then drain and close."""
     await registry.start()
+    me = cfg.worker_id or default_worker_id("tools")
+    worker = build_worker(cfg, r, registry, me=me)
     task = asyncio.create_task(worker.main())
-    log.info("tool worker %s up (pool=%s, tools=%s)", cfg.worker_id or "tools", cfg.pool, registry.names())
-    await stop.wait()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await worker.close()
-    await registry.aclose()
+    log.info("tool worker %s up (pool=%s, max_jobs=%d, tools=%s)", me, cfg.pool, cfg.tool_max_jobs,
+             registry.names())
+    try:
+        await stop.wait()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await worker.drain(grace_s)
+        await worker.close()
+        await registry.aclose()
+        log.info("tool worker %s stopped", me)
