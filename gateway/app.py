@@ -1,40 +1,126 @@
-"""The FastAPI application: state is all in Redis; one app per gateway process."""
+"""The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
+
+Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
+``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.sessions``,
+``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
+schema.  Every error is in OpenAI's shape (``gateway.errors``).
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from pathlib import Path
+from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
 
+from gateway import errors
+from gateway.auth import AuthMiddleware, KeyRing
+from gateway.limits import BodyLimitMiddleware, RateLimiter
+from gateway.metrics import CONTENT_TYPE, Metrics
+from gateway.openai_api import router as openai_router
+from gateway.relay import Relay, RelayUnavailable
+from gateway.session_ops import SessionOps
+from gateway.sessions import router as sessions_router
+from gateway.streams import router as streams_router
 from workers import bus
 from workers.config import Config
-from workers.session import Sessions
-from workers.tools import default_registry
-
-from gateway.sessions import router as sessions_router
+from workers.tools.config import open_registry
 
 log = logging.getLogger(__name__)
+STATIC = Path(__file__).resolve().parent / "static"
 
 
 def create_app(cfg: Config) -> FastAPI:
+    """The gateway app for ``cfg`` (keys are read now, so a bad key file fails at start)."""
+    keyring = KeyRing.from_config(cfg)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.cfg = cfg
-        app.state.redis = bus.connect(cfg.redis_url)
-        app.state.sessions = Sessions(app.state.redis)
-        app.state.registry = default_registry()
-        log.info("gateway up on %s:%d", cfg.host, cfg.port)
-        yield
-        await app.state.redis.aclose()
+        s = app.state
+        s.cfg, s.keyring, s.started = cfg, keyring, int(time.time())
+        s.redis = bus.connect(cfg.redis_url)
+        s.metrics = Metrics()
+        s.registry = await open_registry(cfg.tools_config or None)  # the server tools sessions may use
+        s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
+        s.ops = SessionOps(cfg, s.redis, s.metrics)
+        reader = bus.connect(cfg.redis_url)
+        s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
+        await s.relay.start()
+        log.info("gateway up on %s:%d (relay %s)", cfg.host, cfg.port, s.relay.gateway_id)
+        try:
+            yield
+        finally:
+            await s.relay.stop()
+            await s.registry.aclose()
+            await reader.aclose()
+            await s.redis.aclose()
 
-    app = FastAPI(title="turnstream", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="turnstream", version="0.1.0", lifespan=lifespan,
+                  description="Serving runtime for multi-turn tool-calling agents: OpenAI-compatible chat "
+                              "completions and a session API with resumable event streams.")
+    errors.install(app)
+    app.add_exception_handler(RelayUnavailable, _unavailable)
+    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes)
+    app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
+    app.include_router(openai_router)
     app.include_router(sessions_router)
+    app.include_router(streams_router)
+    _add_open_routes(app)
+    return app
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        await app.state.redis.ping()
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    return errors.ApiError(503, str(exc), type="server_error", code="unavailable",
+                           headers={"Retry-After": "1"}).response()
+
+
+def serve(cfg: Config) -> None:
+    """Run the gateway under uvicorn until SIGINT/SIGTERM.
+
+    On the signal every relayed stream is ended first (WebSocket close 1012, SSE end, a
+    chat completion in flight gets an error), so open connections close and the process exits
+    at once instead of waiting for them; clients resume on another replica.
+    """
+    import uvicorn
+
+    app = create_app(cfg)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), ws="websockets-sansio",
+        ws_max_size=cfg.max_request_bytes, timeout_graceful_shutdown=5))
+    uvicorn_exit = server.handle_exit
+
+    def handle_exit(sig: int, frame: object) -> None:
+        uvicorn_exit(sig, frame)  # type: ignore[arg-type]
+        relay = getattr(app.state, "relay", None)
+        if relay is not None:
+            relay.drain_threadsafe()
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
+
+
+def _add_open_routes(app: FastAPI) -> None:
+    @app.get("/healthz", tags=["ops"])
+    async def healthz(request: Request) -> dict[str, str]:
+        """200 when Redis answers."""
+        await request.app.state.redis.ping()
         return {"status": "ok"}
 
-    return app
+    @app.get("/metrics", tags=["ops"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics (see ``gateway.metrics``)."""
+        s = request.app.state
+        await s.metrics.refresh(s.redis, s.registry.pools(), s.relay)
+        return Response(s.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/", include_in_schema=False)
+    async def playground() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")

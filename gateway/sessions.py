@@ -1,152 +1,125 @@
-"""Session API: create a session (server-side agent loop), read it, follow its events.
+"""Session API (server-side agent loop), HTTP part; the event streams are in ``gateway.streams``.
 
-    POST /v1/sessions                    -> {"id", "ws_url", "events_url"}
-    GET  /v1/sessions/{id}               -> status, turn, messages
-    WS   /v1/sessions/{id}/ws?after=ID   -> one JSON text frame per event, resumable
-    GET  /v1/sessions/{id}/events        -> the same as SSE (``Last-Event-ID`` resumes)
+    POST /v1/sessions                      create and start          -> 201 {id, status, ws_url, events_url}
+    GET  /v1/sessions/{id}                 status, turn, conversation, last_event_id
+    POST /v1/sessions/{id}/messages        continue with a user message (ended/cancelled) -> 202 {id, turn, after}
+    POST /v1/sessions/{id}/tool_results    result(s) of client-side calls -> {results: [{tool_call_id, status}]}
+    POST /v1/sessions/{id}/cancel          cancel the running turn (idempotent) -> {id, status}
+    GET  /v1/tools                         the server tools a session may use
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from typing import Any, AsyncIterator, Literal
+from typing import Annotated, Any
 
-import msgspec
-from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Request
 
-from schemas import keys
-from schemas.codec import UndecodableEntry, decode_event, encode, to_builtins
-from schemas.events import SessionEnded, StartTurn
-from workers import bus
-from workers.session import new_sid
+from gateway.auth import Principal
+from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, flatten
+from gateway.errors import ApiError
+from gateway.limits import check_counts
+from gateway.session_ops import SessionOps
 
-log = logging.getLogger(__name__)
-router = APIRouter()
-_json = msgspec.json.Encoder()
+router = APIRouter(tags=["sessions"])
 
 
-class Message(BaseModel):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = Field(default=None, max_length=200_000)
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+def principal(request: Request) -> Principal:
+    """The caller, authenticated by ``gateway.auth.AuthMiddleware``."""
+    return request.state.principal
 
 
-class CreateSession(BaseModel):
-    messages: list[Message] = Field(min_length=1, max_length=256)
-    tools: list[str | dict[str, Any]] | None = Field(default=None, max_length=128)
-    max_turns: int = Field(default=8, ge=1, le=64)
-    max_tokens: int = Field(default=256, ge=1, le=32_768)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: list[str] | None = Field(default=None, max_length=8)
-    replay: list[str] | None = Field(default=None, max_length=64)  # ReplayEngine script (tests, benchmarks)
+Caller = Annotated[Principal, Depends(principal)]
 
 
-def _tools(app_state: Any, requested: list[str | dict[str, Any]] | None) -> list[dict[str, Any]]:
-    registry = app_state.registry
+def ops(request: Request) -> SessionOps:
+    return request.app.state.ops
+
+
+def resolve_tools(registry: Any, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """(tool definitions to render, names of client tools): names pick server tools, definitions are client tools."""
     if requested is None:
-        return registry.openai_tools()
-    out: list[dict[str, Any]] = []
-    for t in requested:
-        if isinstance(t, str):
-            if registry.get(t) is None:
-                raise HTTPException(400, f"tools: unknown server tool {t!r}; known: {registry.names()}")
-            out += registry.openai_tools([t])
+        return registry.openai_tools(), []
+    tools: list[dict[str, Any]] = []
+    client: list[str] = []
+    seen: set[str] = set()
+    for i, t in enumerate(requested):
+        name = t if isinstance(t, str) else t.function.name
+        if name in seen:
+            raise ApiError(400, f"tools[{i}]: duplicate tool {name!r}", param=f"tools.{i}", code="invalid_value")
+        seen.add(name)
+        if isinstance(t, ToolDef):
+            tools.append(t.as_dict())
+            client.append(name)
+        elif registry.get(name) is None:
+            raise ApiError(400, f"tools[{i}]: unknown server tool {name!r}; known: {', '.join(registry.names())}",
+                           param=f"tools.{i}", code="unknown_tool")
         else:
-            out.append(t)
-    return out
+            tools += registry.openai_tools([name])
+    return tools, client
+
+
+def _links(sid: str, after: str = "0-0") -> dict[str, str]:
+    q = "" if after == "0-0" else f"?after={after}"
+    return {"ws_url": f"/v1/sessions/{sid}/ws{q}", "events_url": f"/v1/sessions/{sid}/events{q}"}
 
 
 @router.post("/v1/sessions", status_code=201)
-async def create_session(body: CreateSession, request: Request) -> dict[str, Any]:
-    state = request.app.state
-    sid = new_sid()
+async def create_session(body: CreateSession, request: Request, who: Caller) -> dict[str, Any]:
+    """Create a session and queue its first turn; follow it on ``ws_url`` or ``events_url``."""
+    cfg = request.app.state.cfg
+    max_turns = body.max_turns or cfg.max_turns
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
+                 max_tokens=body.max_tokens)
+    tools, client = resolve_tools(request.app.state.registry, body.tools)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop}
-    meta = {"replay": body.replay} if body.replay else {}
-    await state.sessions.create(sid, [m.model_dump(exclude_none=True) for m in body.messages],
-                                key=getattr(request.state, "key_id", ""), tools=_tools(state, body.tools),
-                                params=params, max_turns=body.max_turns, meta=meta)
-    await bus.add(state.redis, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=0)))
-    log.info("sid=%s created (%d messages)", sid, len(body.messages))
-    return {"id": sid, "ws_url": f"/v1/sessions/{sid}/ws", "events_url": f"/v1/sessions/{sid}/events"}
+    o = ops(request)
+    sid = await o.create(who, [m.as_dict() for m in body.messages], tools=tools, client_tools=client,
+                         params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
+    await o.start(sid)
+    return {"id": sid, "object": "session", "status": "active", **_links(sid)}
 
 
 @router.get("/v1/sessions/{sid}")
-async def read_session(sid: str, request: Request) -> dict[str, Any]:
-    info = await request.app.state.sessions.get(sid)
-    if info is None:
-        raise HTTPException(404, f"session {sid!r} not found")
-    return {"id": sid, "status": info.status, "turn": info.turn, "max_turns": info.max_turns,
-            "messages": await request.app.state.sessions.messages(sid)}
+async def read_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
+    """The session's status, current turn, conversation so far and last event id."""
+    return await ops(request).read(sid, who)
 
 
-async def session_events(state: Any, sid: str, after: str) -> AsyncIterator[tuple[str, bytes, bool]]:
-    """(entry id, JSON frame, is_last) of a session's events after ``after``, live."""
-    while True:
-        for entry in await bus.tail(state.redis, keys.events(sid), after, block_ms=1000):
-            after = entry.id
-            try:
-                ev = decode_event(entry.data)
-            except UndecodableEntry as exc:
-                log.warning("sid=%s undecodable event %s: %s", sid, entry.id, exc)
-                continue
-            frame = dict(to_builtins(ev), id=entry.id)
-            yield entry.id, _json.encode(frame), isinstance(ev.body, SessionEnded)
-            if isinstance(ev.body, SessionEnded):
-                return
+@router.post("/v1/sessions/{sid}/messages", status_code=202)
+async def add_message(sid: str, body: AddMessage, request: Request,
+                      who: Caller) -> dict[str, Any]:
+    """Continue an ended (or cancelled) session with a user message: a new turn starts.
+
+    Subscribe with ``after`` (the event id before the new turn) to follow just the new turn.
+    """
+    check_counts(request.app.state.cfg, max_turns=body.max_turns)
+    turn, after = await ops(request).add_message(sid, who, flatten(body.content) or "", body.max_turns)
+    return {"id": sid, "status": "active", "turn": turn, "after": after, **_links(sid, after)}
 
 
-async def _require(state: Any, sid: str) -> None:
-    if not await state.redis.exists(keys.session(sid)):
-        raise HTTPException(404, f"session {sid!r} not found")
+@router.post("/v1/sessions/{sid}/tool_results")
+async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], request: Request,
+                            who: Caller) -> dict[str, Any]:
+    """Results of client-side tool calls (one object or a list): each is "recorded", "completed"
+    (it was the turn's last missing result: the session continues) or "duplicate"."""
+    items = body if isinstance(body, list) else [body]
+    if not items:
+        raise ApiError(400, "no tool results given", code="invalid_value")
+    out = []
+    for item in items:
+        status = await ops(request).tool_result(sid, who, item.tool_call_id, item.text, item.is_error)
+        out.append({"tool_call_id": item.tool_call_id, "status": status})
+    return {"id": sid, "results": out}
 
 
-@router.websocket("/v1/sessions/{sid}/ws")
-async def session_ws(ws: WebSocket, sid: str, after: str = Query("0-0")) -> None:
-    state = ws.app.state
-    if not await state.redis.exists(keys.session(sid)):
-        await ws.close(code=4404, reason="session not found")
-        return
-    await ws.accept()
-    pump = asyncio.create_task(_pump(ws, state, sid, after))
-    watch = asyncio.create_task(_watch(ws))
-    done, pending = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-    for t in pending:
-        t.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    if pump in done and pump.exception() is None:
-        await ws.close()
+@router.post("/v1/sessions/{sid}/cancel")
+async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
+    """Cancel the running turn; the session ends with reason "cancelled" (no-op when it already ended)."""
+    return {"id": sid, "status": await ops(request).cancel(sid, who)}
 
 
-async def _pump(ws: WebSocket, state: Any, sid: str, after: str) -> None:
-    async for _, frame, _last in session_events(state, sid, after):
-        await ws.send_text(frame.decode())
-
-
-async def _watch(ws: WebSocket) -> None:
-    """Notice a disconnect at once (a send-only handler never would)."""
-    try:
-        while True:
-            await ws.receive_text()
-    except WebSocketDisconnect:
-        return
-
-
-@router.get("/v1/sessions/{sid}/events")
-async def session_sse(sid: str, request: Request, after: str = Query("0-0")) -> StreamingResponse:
-    state = request.app.state
-    await _require(state, sid)
-    after = request.headers.get("last-event-id", after)
-
-    async def gen() -> AsyncIterator[bytes]:
-        async for entry_id, frame, _last in session_events(state, sid, after):
-            yield b"id: " + entry_id.encode() + b"\ndata: " + frame + b"\n\n"
-
-    return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+@router.get("/v1/tools")
+async def list_tools(request: Request, who: Caller) -> dict[str, Any]:
+    """The server tools of this deployment, as OpenAI tool definitions."""
+    return {"object": "list", "data": request.app.state.registry.openai_tools()}

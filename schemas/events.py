@@ -140,8 +140,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     src: str
     body: Body
-    ts: float = 0.0
+    ts: float = 0.0  # publish time (producer clock)
     v: int = SCHEMA_VERSION
+    t0: float = 0.0  # origin time: when the decoder emitted the tokens this event came from
 
 
 # --------------------------------------------------------------------------- token log

@@ -28,7 +28,8 @@ _CONFIG_FLAGS = {
     "--model": "model", "--device": "device", "--tool-format": "tool_format", "--reasoning": "reasoning",
     "--replay-rate": "replay_rate", "--pool": "pool", "--tools-config": "tools_config", "--host": "host",
     "--port": "port", "--max-turns": "max_turns", "--dispatch": "dispatch", "--log-level": "log_level",
-    "--reclaim-idle-ms": "reclaim_idle_ms", "--replay-script": "replay_script",
+    "--reclaim-idle-ms": "reclaim_idle_ms", "--replay-script": "replay_script", "--vllm-args": "vllm_args",
+    "--api-keys-file": "api_keys_file", "--served-model-name": "served_model_name",
 }
 
 
@@ -74,10 +75,11 @@ def build_engine(cfg: Config) -> Any:
     return VllmEngine.from_config(cfg)
 
 
-def _registry(cfg: Config) -> Any:
-    from workers.tools import Registry, default_registry
+async def _registry(cfg: Config) -> Any:
+    """The started tool registry (MCP tools listed) named by the configuration."""
+    from workers.tools.config import open_registry
 
-    return Registry.from_config(cfg.tools_config) if cfg.tools_config else default_registry()
+    return await open_registry(cfg.tools_config or None)
 
 
 async def _worker(kind: str, cfg: Config) -> None:
@@ -93,23 +95,25 @@ async def _worker(kind: str, cfg: Config) -> None:
             from workers.parser.worker import ParserWorker
             from workers.tools.dispatch import Dispatcher, arq_pool
 
-            arq = await arq_pool(cfg.arq_url)
-            await _until_signalled(ParserWorker(cfg, r, Dispatcher(arq, _registry(cfg))).run)
-            await arq.aclose()
+            arq, registry = await arq_pool(cfg.arq_url), await _registry(cfg)
+            try:
+                await _until_signalled(ParserWorker(cfg, r, Dispatcher(arq, registry)).run)
+            finally:
+                await arq.aclose()
+                await registry.aclose()
         else:
             from workers.tools.worker import run_tools_worker
 
-            await _until_signalled(lambda stop: run_tools_worker(cfg, r, _registry(cfg), stop))
+            registry = await _registry(cfg)
+            await _until_signalled(lambda stop: run_tools_worker(cfg, r, registry, stop))
     finally:
         await r.aclose()
 
 
 def _gateway(cfg: Config) -> None:
-    import uvicorn
+    from gateway.app import serve
 
-    from gateway.app import create_app
-
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), ws="websockets-sansio")
+    serve(cfg)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "tools":
         from workers.tools import format_registry
 
-        print(format_registry(_registry(cfg)))
+        async def show() -> str:
+            registry = await _registry(cfg)
+            try:
+                return format_registry(registry)
+            finally:
+                await registry.aclose()
+
+        print(asyncio.run(show()))
         return 0
     if args.cmd == "bench":
         from bench import run_bench

@@ -26,13 +26,15 @@ class Config:
     queue_url: str = ""  # arq's Redis (must be non-cluster); defaults to redis_url
     worker_id: str = ""  # defaults to "<kind>-<host>-<pid>"
     # decode
-    engine: str = "replay"  # "replay" | "native" | "vllm"
+    engine: str = "native"  # "native" | "vllm" | "replay" (the test/benchmark engine)
     model: str = str(DEFAULT_MODEL_DIR)
     device: str = "cpu"
+    native_args: str = ""  # engine=native: JSON object of EngineConfig overrides, e.g. {"num_blocks": 4096}
     tool_format: str = "hermes"
     reasoning: str = ""  # "" | "think" | "think_forced"
     replay_rate: float = 50.0  # tokens per second of the ReplayEngine
     replay_script: str = ""  # JSON list of per-turn templates; default: the built-in demo script
+    vllm_args: str = ""  # engine=vllm: JSON object of extra vLLM engine arguments, e.g. {"enforce_eager": true}
     coalesce_tokens: int = 4
     coalesce_ms: float = 15.0
     heartbeat_ms: int = 1000
@@ -55,7 +57,17 @@ class Config:
     # gateway
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: tuple[str, ...] = field(default_factory=tuple)
+    api_keys: tuple[str, ...] = field(default_factory=tuple)  # plaintext or "sha256:<hex>"; none = open
+    api_keys_file: str = ""  # one key (plaintext or "sha256:<hex>") per line, '#' comments
+    served_model_name: str = ""  # the model id of /v1/models; default: the model directory's name
+    max_request_bytes: int = 1_048_576
+    max_messages: int = 512
+    max_tools: int = 128
+    max_turns_limit: int = 64
+    max_tokens_limit: int = 32_768
+    rate_limit_rps: float = 10.0  # per API key (token bucket in Redis); <= 0 disables
+    rate_limit_burst: int = 40
+    relay_queue_size: int = 1024  # events buffered per subscriber before it is dropped
     log_level: str = "INFO"
 
     @property
@@ -107,7 +119,9 @@ def _validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value not in allowed:
             raise ConfigError(f"{name}: invalid value {value!r}; expected one of {sorted(allowed)}")
-    for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port"):
+    for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
+                 "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
+                 "rate_limit_burst", "relay_queue_size"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:

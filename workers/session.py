@@ -10,6 +10,7 @@ Session hash ``ts:s:{sid}`` fields::
     done:{T}      turn T fully generated               asst:{T}    JSON assistant message of turn T
     conv_turn     last turn whose messages are in ``ts:s:{sid}:msgs``
     pseq:{T}:{A}  last parser event seq published for turn T attempt A
+    end:{T}       ``session.ended`` was published for turn T (the first ending of a turn wins)
 
 Every script touches only keys with the same ``{sid}`` hash tag (one cluster slot).
 """
@@ -63,6 +64,16 @@ return last
 """
 
 
+# publish turn T's session.ended once and set the final status with it (first ending wins:
+# a cancel is not overwritten by the aborted turn's own ending).
+_END = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], '0', 'status', ARGV[4], 'ended', ARGV[5])
+return 1
+"""
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     sid: str
@@ -97,11 +108,12 @@ class Sessions:
         self._claim = r.register_script(_CLAIM)
         self._append = r.register_script(_APPEND)
         self._publish = r.register_script(_PUBLISH)
+        self._end = r.register_script(_END)
 
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
                      client_tools: list[str] | None = None, oneshot: bool = False) -> None:
-        """Write the session record and its first messages (one transaction)."""
+        """Write the session record and its first messages (one transaction), then index it as active."""
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(keys.session(sid), mapping={
             "status": "active", "turn": 0, "key": key, "max_turns": max_turns, "created": time.time(),
@@ -109,8 +121,8 @@ class Sessions:
             "conv_turn": -1, "client_tools": json.dumps(client_tools or []), "oneshot": int(oneshot),
         })
         pipe.rpush(keys.messages(sid), *[json.dumps(m) for m in messages])
-        pipe.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})
-        await pipe.execute()
+        await pipe.execute()  # one slot: the session's own keys
+        await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
 
     async def get(self, sid: str) -> SessionInfo | None:
         h = await self.r.hmget(keys.session(sid), "status", "turn", "owner", "key", "max_turns", "tools",
@@ -154,18 +166,28 @@ class Sessions:
             args += [seq, data]
         return int(await self._publish(keys=[keys.session(sid), keys.events(sid)], args=args))
 
+    async def end_once(self, sid: str, turn: int, data: bytes, status: str, maxlen: int) -> bool:
+        """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""
+        args = [f"end:{turn}", maxlen, data, status, repr(time.time())]
+        return bool(await self._end(keys=[keys.session(sid), keys.events(sid)], args=args))
+
 
 async def end_session(sessions: Sessions, sid: str, turn: int, reason: str, content: str = "",
                       ttl_s: int = 3600) -> None:
-    """Publish ``session.ended`` exactly once, mark the record ended and let its keys expire."""
+    """Publish ``session.ended`` once per turn, mark the record ended and let its keys expire.
+
+    The first ending of a turn wins: a cancel is not overwritten by the aborted turn's own end.
+    A continued session (a new user message) ends again at a later turn.
+    """
     from schemas.codec import encode
     from schemas.events import Event, SessionEnded
     from workers import bus
 
     ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
                body=SessionEnded(reason=reason, content=content))
-    await sessions.publish_once(sid, "end", [(0, encode(ev))], bus.EVENT_STREAM_MAXLEN)
-    await sessions.set_fields(sid, status="ended" if reason != "cancelled" else "cancelled", ended=time.time())
+    status = "cancelled" if reason == "cancelled" else "ended"
+    if not await sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN):
+        return
     await sessions.r.zrem(keys.ACTIVE_SESSIONS, sid)
     await bus.expire_session(sessions.r, sid, turn + 1, ttl_s)
 

@@ -62,6 +62,28 @@ class Coalescer:
         return None if not self.tokens else max(0.0, self.last_flush + self.s - now)
 
 
+class _AbortCheck:
+    """Between chunks, at most every ``interval_s``: abort the generation when the session was
+    cancelled (status no longer active) or has moved on to another turn."""
+
+    interval_s = 0.1
+
+    def __init__(self, w: "DecodeWorker", req: GenerateRequest, sid: str, turn: int) -> None:
+        self.w, self.req, self.sid, self.turn = w, req, sid, turn
+        self.next_at = time.monotonic() + self.interval_s
+        self.aborted = False
+
+    async def poll(self, now: float) -> None:
+        if self.aborted or now < self.next_at:
+            return
+        self.next_at = now + self.interval_s
+        status, turn = await self.w.r.hmget(keys.session(self.sid), "status", "turn")
+        if status != b"active" or int(turn or -1) != self.turn:
+            self.aborted = True
+            log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
+            await self.w.engine.abort(self.req.rid)
+
+
 class DecodeWorker:
     def __init__(self, cfg: Config, engine: Engine, r: aioredis.Redis) -> None:
         self.cfg, self.engine, self.r = cfg, engine, r
@@ -229,6 +251,7 @@ class DecodeWorker:
         gen = self.engine.generate(req).__aiter__()
         nxt: asyncio.Task | None = None
         last: GenerateDelta | None = None
+        abort = _AbortCheck(self, req, sid, turn)
         while last is None or not last.finished:
             nxt = nxt or asyncio.ensure_future(gen.__anext__())
             done, _ = await asyncio.wait({nxt}, timeout=co.timeout(time.monotonic()))
@@ -247,6 +270,7 @@ class DecodeWorker:
                     turn=turn, attempt=attempt, seq=seq, text=text, n_tokens=n, t_emit=time.time())),
                     bus.TOKEN_STREAM_MAXLEN)
                 seq += 1
+                await abort.poll(now)
         end = TokenEnd(turn=turn, attempt=attempt, seq=seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(parts))

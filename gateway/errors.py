@@ -1,0 +1,121 @@
+"""Every error the gateway returns, in OpenAI's shape.
+
+    {"error": {"message": str, "type": str, "param": str | null, "code": str | null}}
+
+``ApiError`` is the one exception the routes raise; the handlers installed by ``install``
+also turn request-validation failures (400), unknown routes and Starlette's HTTP errors into
+that shape, and anything unexpected into a 500 that names no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+          413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
+          429: "rate_limit_error"}
+
+
+class ApiError(Exception):
+    """An error response: status, message, and OpenAI's ``type``/``param``/``code``."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                 type: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def not_found(what: str, code: str = "not_found") -> ApiError:
+    return ApiError(404, f"{what} not found", code=code)
+
+
+def _param(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    """The first validation problem, as a 400 naming the offending parameter."""
+    errors = exc.errors()
+    if not errors:
+        return ApiError(400, "invalid request")
+    first = errors[0]
+    param = _param(tuple(first.get("loc", ())))
+    msg = first.get("msg", "invalid value")
+    if first.get("type") == "json_invalid":
+        return ApiError(400, "the request body is not valid JSON", code="invalid_json")
+    return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
+
+
+_ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type"],
+    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                   "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+_DOCUMENTED = {"400": "invalid request", "401": "missing or invalid API key", "404": "not found (or another key's)",
+               "409": "conflict with the session's state", "413": "request body too large",
+               "429": "rate limit exceeded (Retry-After)"}
+
+
+def document(schema: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite an OpenAPI schema's error responses: OpenAI-shaped 4xx instead of FastAPI's 422."""
+    schema.setdefault("components", {}).setdefault("schemas", {})["ErrorResponse"] = _ERROR_SCHEMA
+    schema["components"].setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    for path, ops in schema.get("paths", {}).items():
+        if not path.startswith("/v1/"):
+            continue
+        for op in ops.values():
+            op["responses"].pop("422", None)
+            for status, text in _DOCUMENTED.items():
+                op["responses"].setdefault(status, {"description": text, **ref})
+            op["security"] = [{"bearer": []}]
+    schema["components"]["schemas"].pop("HTTPValidationError", None)
+    schema["components"]["schemas"].pop("ValidationError", None)
+    return schema
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error response the OpenAI shape (and document them)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.exception_handler(ApiError)
+    async def _api(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # the outermost boundary
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return ApiError(500, "internal server error", type="server_error").response()

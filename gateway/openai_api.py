@@ -1,0 +1,215 @@
+"""OpenAI-compatible API: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+A chat completion is a oneshot session: the whole conversation (including earlier assistant
+``tool_calls`` and ``role: "tool"`` results) becomes a new session whose tools are all
+client tools; it runs one turn and the model's calls are returned to the client, never
+executed here.  The decoder finds the KV of an earlier request by prefix, so a follow-up
+request after tool results pays mostly for the new tokens.
+
+``tool_choice``: ``"none"`` renders no tools; a named function renders only that function;
+``"required"`` and ``"auto"`` render all.  Decoding is not constrained (see
+``gateway.openai_format`` for what is filtered on output).  A client that disconnects
+mid-request cancels its session, which stops generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from gateway.bodies import ChatRequest, NamedToolChoice
+from gateway.errors import ApiError, not_found
+from gateway.limits import check_counts
+from gateway.openai_format import ChatOptions, ChatStream, Diverged, UpstreamError
+from gateway.relay import Dropped, Relay, Subscription
+from gateway.session_ops import SessionOps
+from gateway.sessions import Caller
+from gateway.sse import EventStreamResponse
+from workers.config import Config
+
+router = APIRouter(tags=["openai"])
+DEFAULT_MAX_TOKENS = 1024
+_json = msgspec.json.Encoder()
+
+
+def served_model(cfg: Config) -> str:
+    """The model id this deployment serves (``served_model_name``, else the model directory's name)."""
+    return cfg.served_model_name or Path(cfg.model).name or "turnstream"
+
+
+def _model_entry(cfg: Config, created: int) -> dict[str, Any]:
+    return {"id": served_model(cfg), "object": "model", "created": created, "owned_by": "turnstream"}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request, who: Caller) -> dict[str, Any]:
+    """The served model."""
+    return {"object": "list", "data": [_model_entry(request.app.state.cfg, request.app.state.started)]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    cfg = request.app.state.cfg
+    if model_id not in _accepted_models(cfg):
+        raise not_found(f"model {model_id[:80]!r}", "model_not_found")
+    return _model_entry(cfg, request.app.state.started)
+
+
+def _accepted_models(cfg: Config) -> set[str]:
+    return {served_model(cfg), Path(cfg.model).name, cfg.model}
+
+
+# --------------------------------------------------------------------------- request -> session
+@dataclass(frozen=True)
+class ChatPlan:
+    """A validated chat request, as a oneshot session."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]  # rendered into the prompt
+    params: dict[str, Any]
+    meta: dict[str, Any]
+    named: str | None
+    offer_tools: bool
+
+
+def _unsupported(param: str, what: str) -> ApiError:
+    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
+
+
+def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
+    """Validate a chat request against this deployment and map it onto a oneshot session."""
+    if body.model not in _accepted_models(cfg):
+        raise ApiError(404, f"model {body.model[:80]!r} not found; this server serves {served_model(cfg)!r}",
+                       param="model", code="model_not_found")
+    if (body.n or 1) != 1:
+        raise _unsupported("n", "more than one choice")
+    if body.logprobs:
+        raise _unsupported("logprobs", "logprobs")
+    if body.response_format and body.response_format.type != "text":
+        raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
+    max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
+    tools = [t.as_dict() for t in body.tools or []]
+    named = _check_tool_choice(body, [t["function"]["name"] for t in tools])
+    offer = body.tool_choice != "none"
+    rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
+              "stop": stop}
+    return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
+                    {"replay": body.replay} if body.replay else {}, named, offer)
+
+
+def _check_tool_choice(body: ChatRequest, names: list[str]) -> str | None:
+    """The named function of ``tool_choice`` (None if not named); 400 on an impossible choice."""
+    if len(set(names)) != len(names):
+        raise ApiError(400, "tools: function names must be unique", param="tools", code="invalid_value")
+    choice = body.tool_choice
+    if choice in ("required",) or isinstance(choice, NamedToolChoice):
+        if not names:
+            raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
+                           code="invalid_value")
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in names:
+            raise ApiError(400, f"tool_choice: function {choice.function.name[:64]!r} is not in tools",
+                           param="tool_choice", code="invalid_value")
+        return choice.function.name
+    return None
+
+
+# --------------------------------------------------------------------------- the endpoint
+@router.post("/v1/chat/completions", response_model=None,
+             responses={200: {"content": {"text/event-stream": {}}, "description": "a chat.completion object, "
+                                                                                   "or chunks when stream=true"}})
+async def chat_completions(body: ChatRequest, request: Request,
+                           who: Caller) -> JSONResponse | EventStreamResponse:
+    """OpenAI chat completion (streaming and not), tools returned to the client."""
+    state = request.app.state
+    plan = plan_chat(state.cfg, body)
+    ops: SessionOps = state.ops
+    names = [t["function"]["name"] for t in plan.tools]
+    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names, params=plan.params, max_turns=1,
+                           meta=plan.meta, oneshot=True)
+    include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+    stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
+                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))
+    relay: Relay = state.relay
+    sub = await relay.subscribe(sid, (0, 0), stop_turn=0)
+    await ops.start(sid)
+    run = _Run(ops, relay, sub, stream, sid)
+    if body.stream:
+        return EventStreamResponse(run.chunks(), abort=sub.ended)
+    return await run.collect(request)
+
+
+class _Run:
+    """One chat completion in flight: relays its session's events as chunks or one response."""
+
+    def __init__(self, ops: SessionOps, relay: Relay, sub: Subscription, stream: ChatStream, sid: str) -> None:
+        self.ops, self.relay, self.sub, self.stream, self.sid = ops, relay, sub, stream, sid
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """SSE body: ``data: <chunk>`` lines, then ``data: [DONE]``.  Leaving early cancels the session."""
+        finished = False
+        try:
+            async for frame in self.sub.frames():
+                for chunk in self.stream.feed(frame.event):
+                    yield b"data: " + _json.encode(chunk) + b"\n\n"
+            for chunk in self.stream.finish():
+                yield b"data: " + _json.encode(chunk) + b"\n\n"
+            finished = True
+        except (UpstreamError, Diverged, Dropped) as exc:
+            yield b"data: " + _json.encode(_failure(exc).body()) + b"\n\n"
+            finished = True
+        finally:
+            await self._release(finished)
+        yield b"data: [DONE]\n\n"
+
+    async def collect(self, request: Request) -> JSONResponse:
+        """The whole completion as one ``chat.completion`` object (cancelled if the client leaves)."""
+        consume = asyncio.create_task(self._consume())
+        gone = asyncio.create_task(_disconnected(request))
+        try:
+            await asyncio.wait({consume, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (consume, gone):
+                t.cancel()
+            await asyncio.gather(consume, gone, return_exceptions=True)
+            await self._release(consume.done() and not consume.cancelled() and consume.exception() is None)
+        if consume.cancelled():
+            return _failure(Dropped("client disconnected", self.sub.last_id)).response()
+        if consume.exception() is not None:
+            exc = consume.exception()
+            if isinstance(exc, (UpstreamError, Diverged, Dropped)):
+                return _failure(exc).response()
+            raise exc
+        return JSONResponse(self.stream.response())
+
+    async def _consume(self) -> None:
+        async for frame in self.sub.frames():
+            self.stream.feed(frame.event)
+
+    async def _release(self, finished: bool) -> None:
+        self.relay.unsubscribe(self.sub)
+        if not finished and not self.stream.ended:
+            await self.ops.cancel_unchecked(self.sid, 0)  # nobody is listening: stop generating
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _failure(exc: Exception) -> ApiError:
+    if isinstance(exc, Dropped):
+        return ApiError(503, f"the event relay dropped this request ({exc.reason})", type="server_error",
+                        code="relay_dropped")
+    return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")

@@ -1,0 +1,351 @@
+"""The event relay: ONE shared stream reader per gateway process, fanning out to bounded
+per-subscriber queues.
+
+    ts:s:{a}:ev ──┐                               ┌─> Subscription(a) ─> client 1
+    ts:s:{b}:ev ──┼── XREAD BLOCK (one task, ─────┼─> Subscription(a) ─> client 2
+    ts:gw:{g}:wake┘   one dedicated connection)   └─> Subscription(b) ─> client 3
+
+Contracts:
+
+* **Exactly once, in order.**  A subscription to session S "after id A" is registered in one
+  synchronous step together with the reader's cursor C for S (the last id it dispatched;
+  for a stream nobody here watched yet, the stream's last id when the watch began).  The
+  history (A, C] is read by the subscriber itself with XRANGE, page by page, at the pace its
+  client consumes; everything after C arrives from the shared reader through the queue.
+  The subscriber skips any id <= the last one it yielded, so nothing is lost or repeated.
+* **New subscriptions are noticed at once.**  Starting to watch a stream XADDs a token to
+  this process's wake stream, which the reader's blocking XREAD always includes; the
+  reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
+  wake sent between two XREADs is never lost.
+* **Bounded memory; slow clients are dropped.**  A subscriber that already has ``queue_size``
+  undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
+  set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
+  resumes with ``after=<the last id it received>``.
+* **Cluster note.**  One XREAD over many sessions' streams spans hash slots; on Redis Cluster
+  the reader would need one XREAD per node (not implemented: a single server is assumed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import redis.asyncio as aioredis
+
+from schemas import keys
+from schemas.codec import UndecodableEntry, decode_event, to_builtins
+from schemas.events import Event, SessionEnded
+from workers import bus
+
+log = logging.getLogger(__name__)
+
+StreamId = tuple[int, int]
+_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+_json = msgspec.json.Encoder()
+_IDLE = object()
+HISTORY_PAGE = 256
+
+
+class InvalidStreamId(ValueError):
+    """A client-supplied event id that is not ``<ms>-<seq>``."""
+
+
+def parse_id(text: str | bytes) -> StreamId:
+    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple."""
+    s = text.decode() if isinstance(text, bytes) else text
+    m = _ID.match(s.strip())
+    if not m:
+        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>")
+    return int(m.group(1)), int(m.group(2) or 0)
+
+
+def fmt_id(i: StreamId) -> str:
+    return f"{i[0]}-{i[1]}"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One event as relayed: its stream id, the JSON text frame clients get, and the decoded event."""
+
+    id: str
+    data: bytes
+    event: Event
+
+    @property
+    def sid(self) -> StreamId:
+        return parse_id(self.id)
+
+
+def make_frame(entry_id: str, data: bytes) -> Frame | None:
+    """The client frame of one ``ts:s:{sid}:ev`` entry; None (logged) when undecodable."""
+    try:
+        ev = decode_event(data)
+    except UndecodableEntry as exc:
+        log.warning("relay: undecodable event %s: %s", entry_id, exc)
+        return None
+    return Frame(entry_id, _json.encode(dict(to_builtins(ev), id=entry_id)), ev)
+
+
+class Dropped(Exception):
+    """The subscription ended before its session did: ``reason`` is "slow" or "shutdown"."""
+
+    def __init__(self, reason: str, last_id: str) -> None:
+        super().__init__(f"subscription dropped ({reason}); resume after {last_id}")
+        self.reason, self.last_id = reason, last_id
+
+
+class Subscription:
+    """One client's view of one session's events after ``after``: history first, then live.
+
+    Iterate ``frames()``.  It ends after a ``session.ended`` event of turn >= ``stop_turn``
+    (the session's turn when the client subscribed), and raises ``Dropped`` when the relay
+    drops the subscriber.  Call ``Relay.unsubscribe`` when done.
+    """
+
+    def __init__(self, relay: Relay, sid: str, after: StreamId, until: StreamId, stop_turn: int) -> None:
+        self.relay, self.session, self.until, self.stop_turn = relay, sid, until, stop_turn
+        self.last = after
+        self.queue: asyncio.Queue[Frame | None] = asyncio.Queue()  # bound enforced by offer()
+        self.ended = asyncio.Event()
+        self.reason = ""
+
+    @property
+    def last_id(self) -> str:
+        return fmt_id(self.last)
+
+    def offer(self, frame: Frame) -> bool:
+        """Queue a live frame (reader side); False when the queue is full and the subscriber is dropped."""
+        if self.queue.qsize() >= self.relay.queue_size:
+            self.end("slow")
+            return False
+        self.queue.put_nowait(frame)
+        return True
+
+    def end(self, reason: str) -> None:
+        """Stop this subscription: its consumer raises ``Dropped(reason)`` at once."""
+        if not self.ended.is_set():
+            self.reason = reason
+            self.ended.set()
+            self.queue.put_nowait(None)
+
+    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Frame | None]:
+        """Every event after ``after`` exactly once, in order; ``None`` after each ``idle_s`` without one."""
+        async for frame in self._history():
+            yield frame
+            if self._final(frame):
+                return
+        while True:
+            frame = await self._next(idle_s)
+            if frame is _IDLE:
+                yield None
+                continue
+            if frame is None:
+                raise Dropped(self.reason, self.last_id)
+            if frame.sid <= self.last:
+                continue  # already yielded from the history
+            self.last = frame.sid
+            yield frame
+            if self._final(frame):
+                return
+
+    async def _history(self) -> AsyncIterator[Frame]:
+        while self.last < self.until and not self.ended.is_set():
+            rows = await self.relay.r.xrange(keys.events(self.session), min="(" + self.last_id,
+                                             max=fmt_id(self.until), count=HISTORY_PAGE)
+            if not rows:
+                return
+            for raw_id, fields in rows:
+                self.last = parse_id(raw_id)
+                frame = make_frame(fmt_id(self.last), fields.get(bus.FIELD, b""))
+                if frame is not None:
+                    yield frame
+
+    async def _next(self, idle_s: float | None) -> object:
+        if idle_s is None:
+            return await self.queue.get()
+        try:
+            return await asyncio.wait_for(self.queue.get(), idle_s)
+        except TimeoutError:
+            return _IDLE
+
+    def _final(self, frame: Frame) -> bool:
+        return isinstance(frame.event.body, SessionEnded) and frame.event.turn >= self.stop_turn
+
+
+@dataclass
+class _Watch:
+    """The reader's state for one watched stream: its cursor and the subscribers fed from it."""
+
+    cursor: StreamId | None = None
+    subs: set[Subscription] = field(default_factory=set)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RelayUnavailable(RuntimeError):
+    """The relay could not start watching a stream (Redis unreachable)."""
+
+
+class Relay:
+    """One shared XREAD loop for every subscribed session of this process (see the module doc)."""
+
+    def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
+                 block_ms: int = 5000, count: int = 512,
+                 on_event: Callable[[str, Event], None] | None = None) -> None:
+        self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
+        self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
+        self.on_event = on_event or (lambda sid, ev: None)
+        self.gateway_id = uuid.uuid4().hex[:12]
+        self.wake_key = keys.gateway_wake(self.gateway_id)
+        self._wake_cursor = "0-0"
+        self._waking = False
+        self._watches: dict[str, _Watch] = {}
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.draining = False
+        self.dropped = 0
+        self.relayed = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._run(), name="relay-reader")
+
+    def drain(self) -> None:
+        """End every subscription (reason "shutdown"); new ones are refused from now on."""
+        self.draining = True
+        for watch in list(self._watches.values()):
+            for sub in list(watch.subs):
+                sub.end("shutdown")
+
+    def drain_threadsafe(self) -> None:
+        """``drain`` from a signal handler or another thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.drain)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.drain()
+        self._watches.clear()
+        await self.r.delete(self.wake_key)
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(w.subs) for w in self._watches.values())
+
+    @property
+    def watched(self) -> int:
+        return len(self._watches)
+
+    # ------------------------------------------------------------------ subscriptions
+    async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0) -> Subscription:
+        """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over)."""
+        if self.draining:
+            raise RelayUnavailable("the gateway is shutting down")
+        watch, new = await self._watch(sid)
+        sub = Subscription(self, sid, after, watch.cursor, stop_turn)  # type: ignore[arg-type]
+        watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
+        if new:
+            await self._wake()
+        return sub
+
+    async def _watch(self, sid: str) -> tuple[_Watch, bool]:
+        """The ready watch of ``sid`` (and whether this call began it)."""
+        while True:
+            watch = self._watches.get(sid)
+            if watch is None:
+                watch = self._watches[sid] = _Watch()
+                await self._begin(sid, watch)  # raises when Redis fails
+                return watch, True
+            await watch.ready.wait()
+            if watch.cursor is not None:
+                return watch, False
+            # the subscriber that began it was cancelled before it was ready: begin again
+
+    async def _begin(self, sid: str, watch: _Watch) -> None:
+        try:
+            watch.cursor = parse_id(await bus.last_id(self.r, keys.events(sid)))
+        finally:
+            if watch.cursor is None and self._watches.get(sid) is watch:
+                del self._watches[sid]
+            watch.ready.set()
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Forget a subscription (idempotent); an unwatched stream leaves the reader's next XREAD."""
+        watch = self._watches.get(sub.session)
+        if watch is None:
+            return
+        watch.subs.discard(sub)
+        if not watch.subs and watch.cursor is not None:
+            del self._watches[sub.session]
+
+    async def _wake(self) -> None:
+        """Make the reader re-issue its XREAD with the current streams (at most one wake in flight)."""
+        if self._waking:
+            return
+        self._waking = True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
+        pipe.expire(self.wake_key, 86_400)
+        await pipe.execute()
+
+    # ------------------------------------------------------------------ the shared reader
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._read_once()
+            except asyncio.CancelledError:
+                raise
+            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+                log.warning("relay: redis unavailable (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+            except Exception:  # the reader's outermost boundary: it must never die
+                log.exception("relay: reader iteration failed; continuing")
+                await asyncio.sleep(0.5)
+
+    def _streams(self) -> dict[str, str]:
+        self._waking = False  # every watch ready from here on is in this XREAD
+        streams = {self.wake_key: self._wake_cursor}
+        for sid, watch in self._watches.items():
+            if watch.cursor is not None:
+                streams[keys.events(sid)] = fmt_id(watch.cursor)
+        return streams
+
+    async def _read_once(self) -> None:
+        reply = await self.reader.xread(self._streams(), count=self.count, block=self.block_ms)
+        for stream, rows in reply or []:
+            name = stream.decode() if isinstance(stream, bytes) else stream
+            if name == self.wake_key:
+                self._wake_cursor = fmt_id(parse_id(rows[-1][0]))
+            else:
+                self._dispatch(keys.sid_of(name), rows)
+
+    def _dispatch(self, sid: str, rows: list) -> None:
+        watch = self._watches.get(sid)
+        if watch is None or watch.cursor is None:
+            return  # unwatched while the XREAD was in flight
+        for raw_id, fields in rows:
+            eid = parse_id(raw_id)
+            if eid <= watch.cursor:
+                continue
+            watch.cursor = eid
+            frame = make_frame(fmt_id(eid), (fields or {}).get(bus.FIELD, b""))
+            if frame is not None:
+                self._fan_out(sid, watch, frame)
+        if not watch.subs and self._watches.get(sid) is watch:
+            del self._watches[sid]
+
+    def _fan_out(self, sid: str, watch: _Watch, frame: Frame) -> None:
+        self.relayed += 1
+        self.on_event(sid, frame.event)
+        for sub in list(watch.subs):
+            if not sub.offer(frame):
+                watch.subs.discard(sub)
+                self.dropped += 1
+                log.info("sid=%s relay: dropped a slow subscriber at %s", sid, sub.last_id)

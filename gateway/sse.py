@@ -1,0 +1,65 @@
+"""Server-Sent Events: framing, and a streaming response that notices a disconnect at once.
+
+Starlette's ``StreamingResponse`` stops listening for ``http.disconnect`` on ASGI servers
+that speak spec 2.4, so an idle stream would only notice a gone client at its next write.
+``EventStreamResponse`` always listens, and also stops when ``abort`` is set (the relay
+dropped the subscriber); either way the body iterator is closed, running its ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+
+def sse_event(data: bytes, event_id: str | None = None) -> bytes:
+    """One SSE event whose data is a single line (JSON)."""
+    head = b"id: " + event_id.encode() + b"\n" if event_id else b""
+    return head + b"data: " + data + b"\n\n"
+
+
+def sse_comment(text: str) -> bytes:
+    return b": " + text.encode() + b"\n\n"
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class EventStreamResponse(StreamingResponse):
+    """``text/event-stream`` that ends when the body ends, the client leaves, or ``abort`` is set."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], abort: asyncio.Event | None = None,
+                 headers: dict[str, str] | None = None, status_code: int = 200) -> None:
+        super().__init__(content, status_code=status_code, headers={**SSE_HEADERS, **(headers or {})})
+        self.abort = abort or asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        started = finished = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started, finished
+            started = True
+            finished = finished or (message["type"] == "http.response.body" and not message.get("more_body"))
+            await send(message)
+
+        body = asyncio.create_task(self.stream_response(tracked))
+        gone = asyncio.create_task(self.listen_for_disconnect(receive))
+        aborted = asyncio.create_task(self.abort.wait())
+        try:
+            done, _ = await asyncio.wait({body, gone, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (body, gone, aborted):
+                t.cancel()
+            await asyncio.gather(body, gone, aborted, return_exceptions=True)
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if body in done and body.exception() is not None:
+            raise body.exception()
+        if started and not finished and gone not in done:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})

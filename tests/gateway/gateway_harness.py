@@ -1,0 +1,130 @@
+"""Helpers for the gateway tests: a stack on its own database, event assertions, WS/SSE readers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import redis
+import websockets
+
+from schemas.codec import encode
+from schemas.events import ContentDelta, Event, SessionEnded
+from workers.config import Config, load_config
+from workers.embedded import free_port
+from workers.stack import spawn, stop_all, wait_healthy
+
+ALL_KINDS = ("decode", "parser", "tools", "gateway")
+MODEL = "tiny"
+_DBS = itertools.count()
+
+# turn 0: text, then a call of a server tool; turn 1: an answer quoting the result
+WEATHER = ["Let me check the weather in Paris for you.\n"
+           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+           "The forecast says: {{ results[0] }}. Enjoy Paris!"]
+
+
+@dataclass
+class GwStack:
+    """Processes of one test stack (all on Redis database ``cfg.redis_url``)."""
+
+    cfg: Config
+    url: str
+    procs: list = field(default_factory=list)
+
+    @property
+    def ws(self) -> str:
+        return self.url.replace("http", "ws", 1)
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.cfg.redis_url)
+
+    def stop(self) -> None:
+        stop_all(self.procs)
+
+
+def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides: Any) -> GwStack:
+    """Start ``kinds`` on a fresh database of the shared embedded server."""
+    db = next(_DBS) % 15 + 1
+    url = server_url.rsplit("/", 1)[0] + f"/{db}"
+    redis.Redis.from_url(url).flushdb()
+    settings = dict(redis_url=url, port=free_port(), reclaim_idle_ms=1000, heartbeat_ms=300, heartbeat_ttl_ms=1200,
+                    sweep_after_s=1.0, log_level="WARNING", replay_rate=400, served_model_name=MODEL)
+    settings.update(overrides)
+    cfg = load_config(**settings)
+    stack = GwStack(cfg, f"http://{cfg.host}:{cfg.port}")
+    stack.procs = [spawn(["worker", k], cfg) for k in kinds if k != "gateway"] + [spawn(["gateway"], cfg)]
+    try:
+        wait_healthy(stack.url, stack.procs)
+    except Exception:
+        stack.stop()
+        raise
+    return stack
+
+
+def event_bytes(sid: str, turn: int, seq: int, body: Any) -> bytes:
+    return encode(Event(sid=sid, turn=turn, attempt=1, seq=seq, src="test", body=body))
+
+
+def publish_script(r: redis.Redis, sid: str, n: int, key_of) -> list[str]:
+    """XADD ``n`` content deltas and a session.ended to ``sid``'s event stream; returns the ids."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(key_of(sid), {b"d": event_bytes(sid, 0, i + 1, ContentDelta(text=f"t{i} "))})
+    pipe.xadd(key_of(sid), {b"d": event_bytes(sid, 0, n + 1, SessionEnded(reason="stop"))})
+    return [i.decode() for i in pipe.execute()]
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["body"]["type"] for e in events]
+
+
+def id_key(event_id: str) -> tuple[int, int]:
+    a, b = event_id.split("-")
+    return int(a), int(b)
+
+
+def assert_exactly_once_in_order(events: list[dict[str, Any]]) -> None:
+    ids = [id_key(e["id"]) for e in events]
+    assert ids == sorted(ids), "events out of order"
+    assert len(set(ids)) == len(ids), "an event id was delivered twice"
+    marks = [(e["turn"], e["attempt"], e["src"], e["seq"]) for e in events]
+    assert len(set(marks)) == len(marks), "duplicate event"
+
+
+async def create_session(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
+    async with httpx.AsyncClient(base_url=url, timeout=10, headers=headers) as http:
+        resp = await http.post("/v1/sessions", json=body)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["id"]
+
+
+async def read_ws(ws_url: str, limit: int | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """Events of one WebSocket connection until the server closes it (or ``limit`` events)."""
+    out: list[dict[str, Any]] = []
+    async with websockets.connect(ws_url, **kw) as ws:
+        async for frame in ws:
+            msg = json.loads(frame)
+            if "body" in msg:
+                out.append(msg)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+async def read_sse(url: str, path: str, headers: dict[str, str] | None = None,
+                   limit: int | None = None) -> list[dict[str, Any]]:
+    """Events of one SSE response until it ends (or ``limit`` events)."""
+    out: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        async with http.stream("GET", path, headers=headers) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            async for line in resp.aiter_lines():
+                if line.startswith("data: "):
+                    out.append(json.loads(line[6:]))
+                    if limit is not None and len(out) >= limit:
+                        break
+    return out

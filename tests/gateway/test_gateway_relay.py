@@ -1,0 +1,103 @@
+"""The shared-reader relay, in process, on a real server: hand-over without loss or
+duplication, wake-up of the blocking reader, the slow-client policy."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+from gateway_harness import event_bytes
+
+from gateway.relay import Dropped, Relay, Subscription, parse_id
+from schemas import keys
+from schemas.events import ContentDelta, SessionEnded
+from workers import bus
+
+
+@pytest.fixture
+async def relay(redis_url: str, request) -> AsyncIterator[Relay]:
+    """A relay with a long BLOCK (only the wake-up makes it prompt); ``@pytest.mark.queue_size(n)``."""
+    mark = request.node.get_closest_marker("queue_size")
+    r, reader = bus.connect(redis_url), bus.connect(redis_url)
+    rl = Relay(r, reader, queue_size=mark.args[0] if mark else 64, block_ms=60_000)
+    await rl.start()
+    yield rl
+    await rl.stop()
+    await r.aclose()
+    await reader.aclose()
+
+
+async def produce(rl: Relay, sid: str, n: int) -> list[str]:
+    """Publish ``n`` deltas then session.ended, in small random batches; returns all ids."""
+    ids: list[str] = []
+    rng = random.Random(7)
+    i = 0
+    while i < n:
+        batch = [(keys.events(sid), event_bytes(sid, 0, j + 1, ContentDelta(text=f"{j} ")))
+                 for j in range(i, min(n, i + rng.randint(1, 6)))]
+        ids += await bus.publish(rl.r, batch)
+        i += len(batch)
+        await asyncio.sleep(rng.random() * 0.003)
+    ids += await bus.publish(rl.r, [(keys.events(sid), event_bytes(sid, 0, n + 1, SessionEnded(reason="stop")))])
+    return ids
+
+
+async def consume(sub: Subscription, slow: float = 0.0) -> list[str]:
+    out = []
+    try:
+        async for frame in sub.frames():
+            out.append(frame.id)
+            if slow:
+                await asyncio.sleep(slow)
+    finally:
+        sub.relay.unsubscribe(sub)
+    return out
+
+
+@pytest.mark.queue_size(100_000)
+async def test_subscribers_joining_at_any_point_get_each_event_once_in_order(relay: Relay) -> None:
+    sid = "handover1"
+    producer = asyncio.create_task(produce(relay, sid, 400))
+    consumers: list[tuple[str, asyncio.Task]] = []
+    rng = random.Random(3)
+    for _ in range(12):  # subscribe while the stream grows: from the start, or resuming from some id
+        await asyncio.sleep(rng.random() * 0.05)
+        rows = await relay.r.xrange(keys.events(sid))
+        after = rows[rng.randrange(len(rows))][0].decode() if rows and rng.random() < 0.5 else "0-0"
+        sub = await relay.subscribe(sid, parse_id(after))
+        consumers.append((after, asyncio.create_task(consume(sub, slow=rng.choice([0, 0.0005])))))
+    all_ids = await producer
+    for after, task in consumers:
+        got = await asyncio.wait_for(task, 30)
+        assert got == [i for i in all_ids if parse_id(i) > parse_id(after)], f"subscriber after {after}"
+    assert relay.watched == 0 and relay.subscribers == 0
+
+
+async def test_a_new_subscription_wakes_the_blocked_reader(relay: Relay) -> None:
+    idle = await relay.subscribe("idle", (0, 0))  # the reader now blocks (60 s) on "idle" alone
+    await asyncio.sleep(0.1)
+    sub = await relay.subscribe("fresh", (0, 0))
+    ids = await bus.publish(relay.r, [(keys.events("fresh"), event_bytes("fresh", 0, 1, SessionEnded(reason="stop")))])
+    assert await asyncio.wait_for(consume(sub), 10) == ids  # well before the 60 s BLOCK would end
+    relay.unsubscribe(idle)
+
+
+async def test_a_slow_subscriber_is_dropped_and_resumes_without_loss(relay: Relay) -> None:
+    sid = "slow1"
+    stuck = await relay.subscribe(sid, (0, 0))  # never reads while the stream grows
+    fast = asyncio.create_task(consume(await relay.subscribe(sid, (0, 0))))
+    all_ids = await produce(relay, sid, 200)
+    assert await asyncio.wait_for(fast, 10) == all_ids  # others are unaffected
+    assert stuck.ended.is_set() and stuck.reason == "slow" and relay.dropped == 1
+    assert stuck.queue.qsize() <= relay.queue_size + 1  # bounded: nothing queued after the drop
+    received: list[str] = []
+    with pytest.raises(Dropped) as exc:
+        async for frame in stuck.frames():  # what was queued before the drop, then Dropped
+            received.append(frame.id)
+    relay.unsubscribe(stuck)
+    assert exc.value.reason == "slow" and exc.value.last_id == received[-1]
+    resumed = await relay.subscribe(sid, parse_id(exc.value.last_id))
+    received += await asyncio.wait_for(consume(resumed), 10)
+    assert received == all_ids
