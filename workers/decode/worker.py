@@ -11,6 +11,7 @@ them so that only a dead decoder's jobs go idle and are taken over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from workers import bus
 from workers.barrier import Barrier, complete_turn
 from workers.config import Config
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
-from workers.session import Sessions, fail_session
+from workers.session import Sessions, SessionInfo, fail_session
 from workers.tools.client import expire_overdue
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,12 @@ class Coalescer:
     def __init__(self, n: int, ms: float) -> None:
         self.n, self.s = n, ms / 1000.0
         self.text, self.tokens, self.first, self.last_flush = "", 0, True, 0.0
+        self.finished = False  # the engine's last delta was seen
 
     def add(self, d: GenerateDelta) -> None:
         self.text += d.text
         self.tokens += d.n_tokens
+        self.finished = d.finished
 
     def due(self, now: float) -> bool:
         return self.tokens > 0 and (self.first or self.tokens >= self.n or now - self.last_flush >= self.s)
@@ -93,6 +96,7 @@ class DecodeWorker:
         self.reader = bus.GroupReader(r, [keys.DECODE_JOBS, keys.decoder_jobs(self.me)], keys.DECODE_GROUP,
                                       self.me, count=16, block_ms=cfg.block_ms)
         self.inflight: dict[str, bus.Entry] = {}
+        self.running: set[tuple[str, int]] = set()  # (sid, turn) being generated here
         self._tasks: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ loops
@@ -200,6 +204,8 @@ class DecodeWorker:
             await bus.dead_letter(self.r, entry, str(exc), keys.DECODE_GROUP)
         except asyncio.CancelledError:
             raise
+        except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            log.warning("decode %s: job %s interrupted by redis (%s); left pending for a retry", self.me, entry.id, exc)
         except Exception as exc:  # the worker's outermost boundary: log, dead-letter, go on
             log.exception("decode %s: job %s failed", self.me, entry.id)
             await bus.dead_letter(self.r, entry, f"{type(exc).__name__}: {exc}", keys.DECODE_GROUP)
@@ -211,6 +217,9 @@ class DecodeWorker:
     async def _claim(self, sid: str, turn: int) -> int | None:
         """Attempt number if we now own the turn; None to drop the job; 0 to leave it pending."""
         attempt = await self.sessions.claim_turn(sid, turn, self.me)
+        if attempt == -2 and (sid, turn) not in self.running:
+            log.info("sid=%s turn=%d resuming a turn this decoder dropped (redis was unavailable)", sid, turn)
+            return await self.sessions.claim_turn(sid, turn, self.me, dead_holder=self.me)
         if attempt == -3:
             holder = await self.sessions.field(sid, f"claim:{turn}") or ""
             if await self.r.exists(keys.decoder_heartbeat(holder)):
@@ -229,6 +238,14 @@ class DecodeWorker:
             return False
         if attempt is None:
             return True
+        self.running.add((sid, turn))
+        try:
+            await self._generate(info, sid, turn, attempt, continuation)
+        finally:
+            self.running.discard((sid, turn))
+        return True
+
+    async def _generate(self, info: SessionInfo, sid: str, turn: int, attempt: int, continuation: bool) -> None:
         if continuation:
             await self._append_previous_turn(sid, turn - 1)
         messages = await self.sessions.messages(sid)
@@ -241,7 +258,6 @@ class DecodeWorker:
             await self._event(sid, turn, attempt, 0, TurnRestarted(reason="decoder lost; regenerating"))
         text, end = await self._stream(req, sid, turn, attempt, continuation)
         await self._finish(sid, turn, attempt, text, end)
-        return True
 
     async def _stream(self, req: GenerateRequest, sid: str, turn: int, attempt: int,
                       continuation: bool) -> tuple[str, GenerateDelta]:
@@ -252,30 +268,55 @@ class DecodeWorker:
         nxt: asyncio.Task | None = None
         last: GenerateDelta | None = None
         abort = _AbortCheck(self, req, sid, turn)
-        while last is None or not last.finished:
-            nxt = nxt or asyncio.ensure_future(gen.__anext__())
-            done, _ = await asyncio.wait({nxt}, timeout=co.timeout(time.monotonic()))
-            if done:
-                last, nxt = nxt.result(), None
-                if seq == 0 and co.first and co.tokens == 0:
-                    await self._event(sid, turn, attempt, 1, TurnStarted(
-                        prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens, worker=self.me,
-                        continuation=continuation))
-                co.add(last)
-                parts.append(last.text)
-            now = time.monotonic()
-            if co.due(now) or (last is not None and last.finished and co.tokens):
-                text, n = co.take(now)
-                await bus.add(self.r, keys.tokens(sid), encode(TokenChunk(
-                    turn=turn, attempt=attempt, seq=seq, text=text, n_tokens=n, t_emit=time.time())),
-                    bus.TOKEN_STREAM_MAXLEN)
-                seq += 1
-                await abort.poll(now)
+        try:
+            last, seq = await self._pump(gen, co, parts, abort, sid, turn, attempt, continuation)
+        finally:
+            await self._abandon(req, gen, co)
         end = TokenEnd(turn=turn, attempt=attempt, seq=seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(parts))
         await bus.add(self.r, keys.tokens(sid), encode(end), bus.TOKEN_STREAM_MAXLEN)
         return end.text, last
+
+    async def _abandon(self, req: GenerateRequest, gen: Any, co: "Coalescer") -> None:
+        """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
+        if co.finished:
+            return
+        with contextlib.suppress(Exception):
+            await self.engine.abort(req.rid)
+        with contextlib.suppress(Exception):
+            await gen.aclose()
+
+    async def _pump(self, gen: Any, co: "Coalescer", parts: list[str], abort: "_AbortCheck", sid: str, turn: int,
+                    attempt: int, continuation: bool) -> tuple[GenerateDelta, int]:
+        """Move engine deltas into coalesced token-log entries until the engine finishes."""
+        seq = 0
+        nxt: asyncio.Task | None = None
+        last: GenerateDelta | None = None
+        try:
+            while last is None or not last.finished:
+                nxt = nxt or asyncio.ensure_future(gen.__anext__())
+                done, _ = await asyncio.wait({nxt}, timeout=co.timeout(time.monotonic()))
+                if done:
+                    last, nxt = nxt.result(), None
+                    if seq == 0 and co.first and co.tokens == 0:
+                        await self._event(sid, turn, attempt, 1, TurnStarted(
+                            prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens, worker=self.me,
+                            continuation=continuation))
+                    co.add(last)
+                    parts.append(last.text)
+                now = time.monotonic()
+                if co.due(now) or (last is not None and last.finished and co.tokens):
+                    text, n = co.take(now)
+                    await bus.add(self.r, keys.tokens(sid), encode(TokenChunk(
+                        turn=turn, attempt=attempt, seq=seq, text=text, n_tokens=n, t_emit=time.time())),
+                        bus.TOKEN_STREAM_MAXLEN)
+                    seq += 1
+                    await abort.poll(now)
+        finally:
+            if nxt is not None:
+                nxt.cancel()
+        return last, seq
 
     async def _finish(self, sid: str, turn: int, attempt: int, text: str, last: GenerateDelta) -> None:
         """Record the assistant text, and pin the KV for the tools' expected duration."""

@@ -101,6 +101,8 @@ class ParserWorker:
             await bus.dead_letter(self.r, entry, str(exc), keys.PARSE_GROUP)
         except asyncio.CancelledError:
             raise
+        except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            log.warning("parser %s: job %s interrupted by redis (%s); left pending for a retry", self.me, entry.id, exc)
         except Exception as exc:  # outermost boundary: log, dead-letter, go on
             log.exception("parser %s: job %s failed", self.me, entry.id)
             await bus.dead_letter(self.r, entry, f"{type(exc).__name__}: {exc}", keys.PARSE_GROUP)
