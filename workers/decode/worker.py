@@ -69,18 +69,21 @@ class _AbortCheck:
     """Between chunks, at most every ``interval_s``: abort the generation when the session was
     cancelled (status no longer active) or has moved on to another turn."""
 
-    interval_s = 0.1
+    interval_s = 0.2
 
     def __init__(self, w: "DecodeWorker", req: GenerateRequest, sid: str, turn: int) -> None:
         self.w, self.req, self.sid, self.turn = w, req, sid, turn
         self.next_at = time.monotonic() + self.interval_s
         self.aborted = False
 
-    async def poll(self, now: float) -> None:
+    def due(self, now: float) -> bool:
+        """Whether this chunk's write should also read the session's status (same round trip)."""
         if self.aborted or now < self.next_at:
-            return
+            return False
         self.next_at = now + self.interval_s
-        status, turn = await self.w.r.hmget(keys.session(self.sid), "status", "turn")
+        return True
+
+    async def apply(self, status: bytes | None, turn: bytes | None) -> None:
         if status != b"active" or int(turn or -1) != self.turn:
             self.aborted = True
             log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
@@ -278,6 +281,17 @@ class DecodeWorker:
         await bus.add(self.r, keys.tokens(sid), encode(end), bus.TOKEN_STREAM_MAXLEN)
         return end.text, last
 
+    async def _write_chunk(self, sid: str, chunk: bytes, abort: _AbortCheck, now: float) -> None:
+        """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
+        if not abort.due(now):
+            await bus.add(self.r, keys.tokens(sid), chunk, bus.TOKEN_STREAM_MAXLEN)
+            return
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(keys.tokens(sid), {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
+        pipe.hmget(keys.session(sid), "status", "turn")
+        _, (status, turn) = await pipe.execute()
+        await abort.apply(status, turn)
+
     async def _abandon(self, req: GenerateRequest, gen: Any, co: "Coalescer") -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
         if co.finished:
@@ -295,10 +309,15 @@ class DecodeWorker:
         last: GenerateDelta | None = None
         try:
             while last is None or not last.finished:
-                nxt = nxt or asyncio.ensure_future(gen.__anext__())
-                done, _ = await asyncio.wait({nxt}, timeout=co.timeout(time.monotonic()))
+                wait = co.timeout(time.monotonic())
+                if wait is None and nxt is None:  # nothing buffered: just wait for the engine
+                    done, last = True, await gen.__anext__()
+                else:  # text buffered: wait for the engine, but flush it when it is due
+                    nxt = nxt or asyncio.ensure_future(gen.__anext__())
+                    done = bool((await asyncio.wait({nxt}, timeout=wait))[0])
+                    if done:
+                        last, nxt = nxt.result(), None
                 if done:
-                    last, nxt = nxt.result(), None
                     if seq == 0 and co.first and co.tokens == 0:
                         await self._event(sid, turn, attempt, 1, TurnStarted(
                             prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens, worker=self.me,
@@ -308,11 +327,10 @@ class DecodeWorker:
                 now = time.monotonic()
                 if co.due(now) or (last is not None and last.finished and co.tokens):
                     text, n = co.take(now)
-                    await bus.add(self.r, keys.tokens(sid), encode(TokenChunk(
-                        turn=turn, attempt=attempt, seq=seq, text=text, n_tokens=n, t_emit=time.time())),
-                        bus.TOKEN_STREAM_MAXLEN)
+                    chunk = encode(TokenChunk(turn=turn, attempt=attempt, seq=seq, text=text, n_tokens=n,
+                                              t_emit=time.time()))
+                    await self._write_chunk(sid, chunk, abort, now)
                     seq += 1
-                    await abort.poll(now)
         finally:
             if nxt is not None:
                 nxt.cancel()
