@@ -51,6 +51,7 @@ async def one_session(url: str, body: dict[str, Any], lat: list[float], stats: d
         sid = (await http.post("/v1/sessions", json=body)).json()["id"]
     content: list[str] = []
     async with websockets.connect(url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws", max_queue=None) as ws:
+        subscribed = time.time()  # events emitted before this are history, not relay latency
         async for frame in ws:
             now = time.time()
             ev = json.loads(frame)
@@ -58,7 +59,7 @@ async def one_session(url: str, body: dict[str, Any], lat: list[float], stats: d
             if kind == "turn.ended":
                 stats["tokens"] = stats.get("tokens", 0) + ev["body"]["completion_tokens"]
             elif kind == "content.delta":
-                if ev.get("t0"):
+                if ev.get("t0", 0) >= subscribed:
                     lat.append((now - ev["t0"]) * 1000)
                 if ev["turn"] == 0:
                     content.append(ev["body"]["text"])
@@ -95,6 +96,7 @@ def measure(level: int, args: argparse.Namespace) -> dict[str, Any]:
             wait_healthy(url, list(procs.values()))
             r = redis.Redis.from_url(server.url)
             cpu0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}
+            cpu0["client"], cpu0["redis"] = cpu_seconds(os.getpid()), cpu_seconds(server.proc.pid)
             cmd0, t0 = total_commands(r), time.monotonic()
             res = asyncio.run(run_level(url, level, args.tokens, args.ramp))
             wall = time.monotonic() - t0
@@ -103,6 +105,8 @@ def measure(level: int, args: argparse.Namespace) -> dict[str, Any]:
                 top = sorted(r.info("commandstats").items(), key=lambda kv: -kv[1]["calls"])[:8]
                 progress("  top commands: " + ", ".join(f"{k[8:]}={v['calls']}" for k, v in top))
             cpu = {k: round(cpu_seconds(p.pid) - cpu0[k], 2) for k, p in procs.items()}
+            cpu["client"] = round(cpu_seconds(os.getpid()) - cpu0["client"], 2)
+            cpu["redis"] = round(cpu_seconds(server.proc.pid) - cpu0["redis"], 2)
         finally:
             stop_all(list(procs.values()))
     tokens = res["stats"].get("tokens", 0)
@@ -129,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
                  f"failed {row['failed']}  {row['cmds_per_token']:.2f} cmds/token  cpu% {row['cpu_pct']}")
         rows.append(row)
-    headers = ["sessions", "tok/s each", "p50 ms", "p99 ms", "max ms", "lost", "failed", "cmds/token",
-               "gateway cpu%", "decode cpu%", "parser cpu%", "tools cpu%"]
-    table = markdown_table(headers, [[r["sessions"], r["rate"], r["p50_ms"], r["p99_ms"], r["max_ms"], r["lost"],
-                                      r["failed"], r["cmds_per_token"], r["cpu_pct"]["gateway"],
-                                      r["cpu_pct"]["decode"], r["cpu_pct"]["parser"], r["cpu_pct"]["tools"]]
-                                     for r in rows])
+    kinds = ("gateway", "decode", "parser", "tools", "redis", "client")
+    headers = ["sessions", "tok/s each", "tokens", "p50 ms", "p99 ms", "max ms", "lost", "failed", "cmds/token"]
+    headers += [f"{k} cpu%" for k in kinds]
+    table = markdown_table(headers, [[r["sessions"], r["rate"], r["tokens"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                                      r["lost"], r["failed"], r["cmds_per_token"]]
+                                     + [r["cpu_pct"][k] for k in kinds] for r in rows])
     out = write_results("load", args.out, {"rows": rows}, table)
     xs = [r["sessions"] for r in rows]
     plot(out / "load.png", f"added latency, token produced → client received ({args.rate:g} tok/s per session)",

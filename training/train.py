@@ -1,0 +1,182 @@
+"""Train the tiny tool-calling Qwen2 model from scratch on generated dialogues (plain torch, CPU).
+
+Resumable: rerunning the same command continues from ``<out>/ckpt.pt``.  Every checkpoint is
+also exported as a Hugging Face directory under ``<out>/snapshots/step-NNNNNN``.
+
+    python -m training.train --out .train/run1 --steps 14000
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from training.datagen import DialogueGen, render_dialogue
+from training.export import PAD_ID, save_hf_dir
+from training.model import ModelConfig, Qwen2
+from training.tokenizer import train_tokenizer
+
+BUCKETS = (160, 256, 384, 512)  # padded lengths; each step is one bucket of ~tokens_per_step tokens
+_ASSISTANT = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.S)
+
+
+def encode(tok: Tokenizer, text: str) -> tuple[list[int], list[bool]]:
+    """Token ids and, per token, whether it is assistant output (the only tokens with loss)."""
+    enc = tok.encode(text)
+    spans = [m.span(1) for m in _ASSISTANT.finditer(text)]
+    mask, j = [], 0
+    for start, _ in enc.offsets:
+        while j < len(spans) and spans[j][1] <= start:
+            j += 1
+        mask.append(j < len(spans) and spans[j][0] <= start)
+    return enc.ids, mask
+
+
+def build_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    gen = DialogueGen("train", seed=10**6)
+    tok = train_tokenizer((render_dialogue(gen.dialogue()) for _ in range(20000)), vocab_size)
+    tok.save(str(path))
+    return tok
+
+
+class Batches:
+    """Deterministic batches: step ``s`` always yields the same padded (ids, mask) tensors."""
+
+    def __init__(self, tok: Tokenizer, seed: int, tokens_per_step: int) -> None:
+        self.tok, self.seed = tok, seed
+        self.sizes = {t: max(1, tokens_per_step // t) for t in BUCKETS}
+        gen = DialogueGen("train", seed=seed - 1)
+        counts = {t: 0 for t in BUCKETS}
+        for _ in range(2000):
+            b = self.bucket(len(encode(tok, render_dialogue(gen.dialogue()))[0]))
+            if b:
+                counts[b] += 1
+        # steps per bucket in proportion to dialogues per bucket / batch size: unbiased mix
+        self.weights = [counts[t] / self.sizes[t] for t in BUCKETS]
+
+    @staticmethod
+    def bucket(n: int) -> int | None:
+        return next((t for t in BUCKETS if n <= t), None)
+
+    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = random.Random(self.seed * 1_000_003 + step)
+        length = rng.choices(BUCKETS, self.weights)[0]
+        gen = DialogueGen("train", seed=rng.getrandbits(48))
+        rows: list[tuple[list[int], list[bool]]] = []
+        while len(rows) < self.sizes[length]:
+            ids, mask = encode(self.tok, render_dialogue(gen.dialogue()))
+            if self.bucket(len(ids)) == length:
+                rows.append((ids, mask))
+        ids_t = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
+        mask_t = torch.zeros((len(rows), length), dtype=torch.bool)
+        for i, (ids, mask) in enumerate(rows):
+            ids_t[i, : len(ids)] = torch.tensor(ids)
+            mask_t[i, : len(mask)] = torch.tensor(mask)
+        return ids_t, mask_t
+
+
+def lr_at(step: int, args: argparse.Namespace) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def loss_fn(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(ids[:, :-1])
+    target = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+
+
+def save_checkpoint(out: Path, model: Qwen2, opt: torch.optim.Optimizer, step: int, elapsed: float,
+                    tok: Tokenizer, keep: int) -> None:
+    tmp = out / "ckpt.pt.tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                "config": model.cfg.to_dict()}, tmp)
+    tmp.replace(out / "ckpt.pt")
+    snap = out / "snapshots" / f"step-{step:06d}"
+    save_hf_dir(model, tok, snap)
+    (snap / "train_state.txt").write_text(f"step {step}\nelapsed_s {elapsed:.0f}\n")
+    for old in sorted((out / "snapshots").glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(".train/run1"))
+    ap.add_argument("--steps", type=int, default=14000)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--tokens-per-step", type=int, default=4096)
+    ap.add_argument("--vocab-size", type=int, default=2048)
+    ap.add_argument("--hidden", type=int, default=192)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--ffn", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ckpt-minutes", type=float, default=4.0)
+    ap.add_argument("--keep", type=int, default=40, help="snapshots to keep")
+    ap.add_argument("--no-compile", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(args.out / "tokenizer.json", args.vocab_size)
+    cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=args.hidden, num_hidden_layers=args.layers,
+                      intermediate_size=args.ffn)
+    model = Qwen2(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    step, elapsed = 0, 0.0
+    if (args.out / "ckpt.pt").exists():
+        state = torch.load(args.out / "ckpt.pt", weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed = state["step"], state["elapsed"]
+        print(f"resumed from step {step} ({elapsed / 60:.1f} min trained)", flush=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"params {n_params} config {cfg.to_dict()} args {vars(args)}", flush=True)
+    batches = Batches(tok, args.seed, args.tokens_per_step)
+    fwd = model if args.no_compile else torch.compile(model)
+    t0, last_ckpt, losses, tokens = time.time() - elapsed, time.time(), [], 0
+    while step < args.steps:
+        ids, mask = batches.get(step)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args)
+        loss = loss_fn(fwd, ids, mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        losses.append(loss.item())
+        tokens += ids.numel()
+        if step % 50 == 0:
+            el = time.time() - t0
+            print(f"step {step} loss {sum(losses) / len(losses):.4f} lr {lr_at(step, args):.2e} "
+                  f"elapsed {el / 60:.1f}m tok/s {tokens / max(1e-9, el - elapsed):.0f}", flush=True)
+            losses = []
+        if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
+            save_checkpoint(args.out, model, opt, step, time.time() - t0, tok, args.keep)
+            last_ckpt = time.time()
+            print(f"checkpoint step {step}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
