@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         cfg = _config(args) if hasattr(args, "redis_url") else load_config()
+        if args.cmd == "demo" and args.log_level is None and "TURNSTREAM_LOG_LEVEL" not in os.environ:
+            cfg = cfg.replace(log_level="ERROR")  # the demo's output is the transcript; logs only on errors
     except ConfigError as exc:
         print(f"turnstream: configuration error: {exc}", file=sys.stderr)
         return 2
