@@ -84,7 +84,7 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
             from workers.chat import chat
 
             return asyncio.run(chat(url, DEMO_MESSAGE, max_turns=cfg.max_turns))
-        signal.sigwait({signal.SIGINT, signal.SIGTERM}) if _block_signals() else None
+        _wait_for_signal()
         return 0
     except KeyboardInterrupt:
         interrupted = True
@@ -100,6 +100,8 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _block_signals() -> bool:
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    return True
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us)."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    signal.sigwait(signals)
