@@ -69,7 +69,7 @@ async def _stock_worker(cfg: Config) -> None:
     from arq.connections import RedisSettings
     from arq.worker import Worker, func
 
-    from workers.decode.worker import default_worker_id
+    from workers.config import default_worker_id
     from workers.tools.dispatch import RUN_TOOL, deserialize, serialize
     from workers.tools.registry import Registry
     from workers.tools.runner import ToolRunner, job_timeout

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "tiny-agent"
+
+
+def default_worker_id(kind: str) -> str:
+    """``<kind>-<host>-<pid>``: unique per process, and tells an operator where it runs."""
+    return f"{kind}-{socket.gethostname()}-{os.getpid()}"
 
 
 class ConfigError(ValueError):

@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 import time
 from typing import Any
 
@@ -27,67 +25,13 @@ from schemas.events import (ContinueTurn, Event, ParseTurn, StartTurn, TokenChun
                             TurnStarted, call_id_prefix)
 from workers import bus
 from workers.barrier import Barrier, complete_turn
-from workers.config import Config
+from workers.config import Config, default_worker_id
+from workers.decode.chunks import AbortCheck, Coalescer
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 from workers.session import Sessions, SessionInfo, fail_session
 from workers.tools.client import expire_overdue
 
 log = logging.getLogger(__name__)
-
-
-def default_worker_id(kind: str) -> str:
-    return f"{kind}-{socket.gethostname()}-{os.getpid()}"
-
-
-class Coalescer:
-    """Buffers deltas: flush the first at once, then every ``n`` tokens or ``ms`` milliseconds."""
-
-    def __init__(self, n: int, ms: float) -> None:
-        self.n, self.s = n, ms / 1000.0
-        self.text, self.tokens, self.first, self.last_flush = "", 0, True, 0.0
-        self.finished = False  # the engine's last delta was seen
-
-    def add(self, d: GenerateDelta) -> None:
-        self.text += d.text
-        self.tokens += d.n_tokens
-        self.finished = d.finished
-
-    def due(self, now: float) -> bool:
-        return self.tokens > 0 and (self.first or self.tokens >= self.n or now - self.last_flush >= self.s)
-
-    def take(self, now: float) -> tuple[str, int]:
-        out = (self.text, self.tokens)
-        self.text, self.tokens, self.first, self.last_flush = "", 0, False, now
-        return out
-
-    def timeout(self, now: float) -> float | None:
-        """Seconds until a time-based flush is due, None when nothing is buffered."""
-        return None if not self.tokens else max(0.0, self.last_flush + self.s - now)
-
-
-class _AbortCheck:
-    """Between chunks, at most every ``interval_s``: abort the generation when the session was
-    cancelled (status no longer active) or has moved on to another turn."""
-
-    interval_s = 0.2
-
-    def __init__(self, w: "DecodeWorker", req: GenerateRequest, sid: str, turn: int) -> None:
-        self.w, self.req, self.sid, self.turn = w, req, sid, turn
-        self.next_at = time.monotonic() + self.interval_s
-        self.aborted = False
-
-    def due(self, now: float) -> bool:
-        """Whether this chunk's write should also read the session's status (same round trip)."""
-        if self.aborted or now < self.next_at:
-            return False
-        self.next_at = now + self.interval_s
-        return True
-
-    async def apply(self, status: bytes | None, turn: bytes | None) -> None:
-        if status != b"active" or int(turn or -1) != self.turn:
-            self.aborted = True
-            log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
-            await self.w.engine.abort(self.req.rid)
 
 
 class DecodeWorker:
@@ -266,11 +210,8 @@ class DecodeWorker:
                       continuation: bool) -> tuple[str, GenerateDelta]:
         co = Coalescer(self.cfg.coalesce_tokens, self.cfg.coalesce_ms)
         parts: list[str] = []
-        seq = 0
         gen = self.engine.generate(req).__aiter__()
-        nxt: asyncio.Task | None = None
-        last: GenerateDelta | None = None
-        abort = _AbortCheck(self, req, sid, turn)
+        abort = AbortCheck(self.engine, req, sid, turn)
         try:
             last, seq = await self._pump(gen, co, parts, abort, sid, turn, attempt, continuation)
         finally:
@@ -281,7 +222,7 @@ class DecodeWorker:
         await bus.add(self.r, keys.tokens(sid), encode(end), bus.TOKEN_STREAM_MAXLEN)
         return end.text, last
 
-    async def _write_chunk(self, sid: str, chunk: bytes, abort: _AbortCheck, now: float) -> None:
+    async def _write_chunk(self, sid: str, chunk: bytes, abort: AbortCheck, now: float) -> None:
         """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
         if not abort.due(now):
             await bus.add(self.r, keys.tokens(sid), chunk, bus.TOKEN_STREAM_MAXLEN)
@@ -292,7 +233,7 @@ class DecodeWorker:
         _, (status, turn) = await pipe.execute()
         await abort.apply(status, turn)
 
-    async def _abandon(self, req: GenerateRequest, gen: Any, co: "Coalescer") -> None:
+    async def _abandon(self, req: GenerateRequest, gen: Any, co: Coalescer) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
         if co.finished:
             return
@@ -301,7 +242,7 @@ class DecodeWorker:
         with contextlib.suppress(Exception):
             await gen.aclose()
 
-    async def _pump(self, gen: Any, co: "Coalescer", parts: list[str], abort: "_AbortCheck", sid: str, turn: int,
+    async def _pump(self, gen: Any, co: Coalescer, parts: list[str], abort: AbortCheck, sid: str, turn: int,
                     attempt: int, continuation: bool) -> tuple[GenerateDelta, int]:
         """Move engine deltas into coalesced token-log entries until the engine finishes."""
         seq = 0

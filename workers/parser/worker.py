@@ -23,7 +23,7 @@ from schemas.events import (Event, ParseTurn, TokenChunk, TokenEnd, ToolCallInva
 from workers import bus
 from workers.barrier import Arrival, Barrier, complete_turn
 from workers.config import Config
-from workers.decode.worker import default_worker_id
+from workers.config import default_worker_id
 from workers.parser import make_parser
 from workers.session import Sessions, end_session, fail_session
 from workers.tools.dispatch import Dispatcher
