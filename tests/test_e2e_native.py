@@ -1,0 +1,48 @@
+"""End to end on the default engine and model: the native engine running the bundled tiny-agent.
+
+These hold whatever the model says: a continuation reuses the KV it kept, and an OpenAI
+follow-up request reuses the cached prefix of the first one.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+
+from tests.test_e2e import assert_exactly_once_in_order, run_session
+from workers.stack import DEMO_MESSAGE
+
+
+async def test_bundled_model_session_reuses_its_kv_across_turns(stack_factory) -> None:
+    stack = stack_factory(engine="native")
+    _, events = await run_session(stack.url, {"messages": [{"role": "user", "content": DEMO_MESSAGE}]})
+    assert_exactly_once_in_order(events)
+    assert events[-1]["body"]["type"] == "session.ended"
+    started = [e["body"] for e in events if e["body"]["type"] == "turn.started"]
+    calls = [e["body"] for e in events if e["body"]["type"] == "tool_call.ready"]
+    assert calls, "the bundled model called no tool for the demo request"
+    assert len(started) >= 2
+    first, second = started[0], started[1]
+    # the continuation computed only what was new: all of turn 0's prompt came from the pinned KV
+    assert second["continuation"] and second["cached_tokens"] >= first["prompt_tokens"]
+
+
+def test_openai_follow_up_reuses_the_cached_prefix(stack_factory) -> None:
+    stack = stack_factory(engine="native")
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+    messages: list[dict] = [{"role": "user", "content": "What's the weather in Paris today?"}]
+    first = client.chat.completions.create(model="tiny-agent", messages=messages, tools=tools)
+    reply = first.choices[0].message
+    messages.append(reply.model_dump(exclude_none=True))
+    for call in reply.tool_calls or []:
+        messages.append({"role": "tool", "tool_call_id": call.id,
+                         "content": json.dumps({"city": "Paris", "temperature_c": 21})})
+    if not reply.tool_calls:
+        messages.append({"role": "user", "content": "And in Oslo?"})
+    second = client.chat.completions.create(model="tiny-agent", messages=messages, tools=tools)
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // 2
