@@ -103,8 +103,10 @@ def new_sid() -> str:
 class Sessions:
     """Typed access to session records; all methods are single round trips or one script."""
 
-    def __init__(self, r: aioredis.Redis) -> None:
+    def __init__(self, r: aioredis.Redis, batcher: Any = None) -> None:
+        """``batcher`` (a ``workers.bus.Batcher``), when given, carries the hot-path event publishes."""
         self.r = r
+        self.batcher = batcher
         self._claim = r.register_script(_CLAIM)
         self._append = r.register_script(_APPEND)
         self._publish = r.register_script(_PUBLISH)
@@ -164,7 +166,10 @@ class Sessions:
         args: list[Any] = [cursor, maxlen]
         for seq, data in items:
             args += [seq, data]
-        return int(await self._publish(keys=[keys.session(sid), keys.events(sid)], args=args))
+        script_keys = [keys.session(sid), keys.events(sid)]
+        if self.batcher is None:
+            return int(await self._publish(keys=script_keys, args=args))
+        return int(await self.batcher.call(lambda pipe: self._publish(keys=script_keys, args=args, client=pipe)))
 
     async def end_once(self, sid: str, turn: int, data: bytes, status: str, maxlen: int) -> bool:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""

@@ -68,3 +68,17 @@ async def test_expire_session_sets_ttls(r) -> None:
     await bus.expire_session(r, "x", 1, 60)
     assert 0 < await r.ttl(keys.session("x")) <= 60
     assert 0 < await r.ttl(keys.events("x")) <= 60
+
+
+async def test_batcher_gives_each_caller_its_own_reply_or_error(r) -> None:
+    batcher = bus.Batcher(r)
+    await r.set("s:string", "x")
+    script = r.register_script("return tonumber(ARGV[1]) * 2")
+    calls = [batcher.call(lambda p, i=i: p.xadd("s:b", {bus.FIELD: str(i).encode()})) for i in range(50)]
+    calls.append(batcher.call(lambda p: p.xadd("s:string", {bus.FIELD: b"wrong type"})))
+    calls.append(batcher.call(lambda p: script(args=[21], client=p)))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(x, bytes) for x in results[:50])
+    assert isinstance(results[50], Exception) and "WRONGTYPE" in str(results[50])
+    assert results[51] == 42
+    assert [e.data for e in await bus.tail(r, "s:b", "0-0", block_ms=10)] == [str(i).encode() for i in range(50)]

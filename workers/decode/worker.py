@@ -40,6 +40,7 @@ class DecodeWorker:
         self.me = cfg.worker_id or default_worker_id("decode")
         self.sessions = Sessions(r)
         self.barrier = Barrier(r, cfg.session_ttl_s)
+        self.batcher = bus.Batcher(r)  # token chunks of all sessions, one round trip per batch
         self.reader = bus.GroupReader(r, [keys.DECODE_JOBS, keys.decoder_jobs(self.me)], keys.DECODE_GROUP,
                                       self.me, count=16, block_ms=cfg.block_ms)
         self.inflight: dict[str, bus.Entry] = {}
@@ -225,7 +226,8 @@ class DecodeWorker:
     async def _write_chunk(self, sid: str, chunk: bytes, abort: AbortCheck, now: float) -> None:
         """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
         if not abort.due(now):
-            await bus.add(self.r, keys.tokens(sid), chunk, bus.TOKEN_STREAM_MAXLEN)
+            await self.batcher.call(lambda pipe: pipe.xadd(keys.tokens(sid), {bus.FIELD: chunk},
+                                                           maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
             return
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(keys.tokens(sid), {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)

@@ -39,7 +39,7 @@ class ParserWorker:
     def __init__(self, cfg: Config, r: aioredis.Redis, dispatcher: Dispatcher) -> None:
         self.cfg, self.r, self.dispatcher = cfg, r, dispatcher
         self.me = cfg.worker_id or default_worker_id("parser")
-        self.sessions = Sessions(r)
+        self.sessions = Sessions(r, batcher=bus.Batcher(r))  # one round trip for many sessions' events
         self.barrier = Barrier(r, cfg.session_ttl_s)
         self.reader = bus.GroupReader(r, [keys.PARSE_JOBS], keys.PARSE_GROUP, self.me, count=16,
                                       block_ms=cfg.block_ms)
