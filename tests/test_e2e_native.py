@@ -40,7 +40,7 @@ def test_openai_follow_up_reuses_the_cached_prefix(stack_factory) -> None:
     messages.append(reply.model_dump(exclude_none=True))
     for call in reply.tool_calls or []:
         messages.append({"role": "tool", "tool_call_id": call.id,
-                         "content": json.dumps({"city": "Paris", "temperature_c": 21})})
+                         "content": json.dumps({"city": "Paris", "temperature": 21})})
     if not reply.tool_calls:
         messages.append({"role": "user", "content": "And in Oslo?"})
     second = client.chat.completions.create(model="tiny-agent", messages=messages, tools=tools)

@@ -109,12 +109,12 @@ async def test_get_time_unknown_zone_is_a_clear_error(zone: str) -> None:
 def test_demo_tools_are_deterministic_and_labelled() -> None:
     def forecast(city: str, date: str = "today") -> tuple[int, str]:
         weather = get_weather(city, date)
-        return weather["temperature_c"], weather["condition"]
+        return weather["temperature"], weather["condition"]
 
     assert forecast("Paris", "2025-06-01") == forecast("paris ", "2025-06-01")
     assert len({forecast(city) for city in ("Paris", "Lima", "Oslo", "Tokyo", "Cairo")}) > 1
     weather = get_weather("Paris")
-    assert -5 <= weather["temperature_c"] <= 35 and isinstance(weather["condition"], str)
+    assert -5 <= weather["temperature"] <= 35 and isinstance(weather["condition"], str)
     booking = book_restaurant("Chez Nous", 2, "19:30")
     assert booking["booking_id"] == book_restaurant("Chez Nous", 2, "19:30")["booking_id"]
     assert booking["booking_id"] != book_restaurant("Chez Nous", 3, "19:30")["booking_id"]

@@ -140,8 +140,9 @@ async def _fetch(client: httpx.AsyncClient, url: httpx.URL, max_bytes: int) -> s
 
 
 # --------------------------------------------------------------------------- demo travel tools
-_CONDITIONS = ("sunny", "partly cloudy", "cloudy", "light rain", "heavy rain", "thunderstorms", "snow", "fog",
-               "windy")
+# The demo tools answer in the shapes the bundled model was trained on (training/datagen.py),
+# so that its answers can quote them.
+_CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "foggy", "snowy", "stormy", "clear", "partly cloudy", "drizzle")
 
 
 def _digest(*parts: object) -> bytes:
@@ -157,9 +158,7 @@ def get_weather(city: str, date: str = "today") -> dict[str, Any]:
         date: ISO date or 'today'
     """
     h = _digest(city, date)
-    return {"city": city, "date": date, "temperature_c": h[0] % 41 - 5,
-            "condition": _CONDITIONS[h[1] % len(_CONDITIONS)], "humidity_pct": 20 + h[2] % 76,
-            "source": "demo data, not a real forecast"}
+    return {"city": city, "date": date, "temperature": h[0] % 41 - 5, "condition": _CONDITIONS[h[1] % len(_CONDITIONS)]}
 
 
 @tool(timeout_s=5.0, idempotent=False)
@@ -173,9 +172,9 @@ def book_restaurant(restaurant: str, party_size: int, time: str) -> dict[str, An
     """
     if not 1 <= party_size <= 20:
         raise ToolError(f"party_size must be between 1 and 20, got {party_size}")
-    booking_id = "BK-" + _digest(restaurant, party_size, time).hex()[:8].upper()
-    return {"booking_id": booking_id, "restaurant": restaurant, "party_size": party_size,
-            "time": time, "status": "confirmed", "note": "demo booking: no reservation was made"}
+    booking_id = f"R{10000 + int.from_bytes(_digest(restaurant, party_size, time)[:4], 'big') % 90000}"
+    return {"status": "confirmed", "booking_id": booking_id, "restaurant": restaurant, "party_size": party_size,
+            "time": time}
 
 
 @tool(timeout_s=5.0, idempotent=True, retries=2)
