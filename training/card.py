@@ -14,7 +14,7 @@ _CARD = """\
 # tiny-agent — a 2M-parameter tool-calling demonstration model
 
 **This is a demonstration model, not a general assistant.** It was trained from scratch in
-about {minutes:.0f} minutes on one CPU core, on generated dialogues only. It knows five tools
+about {minutes:.0f} minutes with one thread on a shared 2-core CPU machine, on generated dialogues only. It knows five tools
 (`get_weather`, `book_restaurant`, `get_time`, `calculator`, `search`; schemas in
 `training/tools_spec.py`), the Qwen2.5/Hermes tool-calling format, and a small set of phrasings.
 It has no world knowledge and will produce nonsense outside that domain. It exists so that
@@ -56,7 +56,9 @@ turnstream can show a real model calling tools without downloading one.
   new snapshot and copies the best one here with this card. (The shipped run was resumed three times while
   its step budget was re-planned for a busy machine: steps 0–1028 were scheduled for 12000 steps,
   1028–2540 for 8500, 2540–3481 for 10000 and the rest for 12000; the learning rate differs by
-  under 10 % from a single uninterrupted run.)
+  under 10 % from a single uninterrupted run. Steps 0–1028 also drew user phrasings with an earlier
+  sampler that mixed questions and clauses 40/60 instead of uniformly over the combinations; the
+  train/held-out assignment of every phrasing was the same.)
 
 ## Evaluation (held-out values and phrasings, greedy decoding)
 `turnstream eval tiny` (or `python -m training.evaluate`), {n} prompts:
@@ -66,6 +68,35 @@ turnstream can show a real model calling tools without downloading one.
 {metrics_table}
 
 Per task: {per_task}
+
+The shipped checkpoint was chosen among the last four snapshots on a separate selection set
+(`build_items(seed=1)`), then measured on the evaluation set above (seed 0). turnstream's native
+engine (`--backend native`), transformers (`--backend transformers`) and the plain-torch KV-cache
+decoder (`--backend torch`) give identical greedy outputs (`tests/training/test_tiny_native_parity.py`).
+
+## Usage
+```python
+from transformers import AutoTokenizer, Qwen2ForCausalLM
+from training.tools_spec import TOOLS
+tok = AutoTokenizer.from_pretrained("models/tiny-agent")
+model = Qwen2ForCausalLM.from_pretrained("models/tiny-agent")
+msgs = [{{"role": "user", "content": "What's the weather in Paris and book a table for 2 at Chez Nous at 19:00?"}}]
+ids = tok.apply_chat_template(msgs, tools=TOOLS, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+out = model.generate(**ids, max_new_tokens=120, do_sample=False)
+print(tok.decode(out[0, ids["input_ids"].shape[1]:]))
+```
+`python -m training.demo` runs the full round trip with stub tools:
+```
+assistant> <tool_call>
+{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}
+</tool_call>
+<tool_call>
+{{"name": "book_restaurant", "arguments": {{"restaurant": "Chez Nous", "party_size": 2, "time": "19:00"}}}}
+</tool_call><|im_end|>
+tool> {{"city": "Paris", "date": "2026-11-30", "temperature": 21, "condition": "sunny"}}
+tool> {{"status": "confirmed", "booking_id": "R40213", "restaurant": "Chez Nous", "party_size": 2, "time": "19:00"}}
+assistant> It's 21°C and sunny in Paris. Your table for 2 at Chez Nous is booked for 19:00. Booking ID: R40213.<|im_end|>
+```
 
 ## Learning curve
 Evaluated by `training/watch.py` while training ran (n = prompts per evaluation; rows with n = 165

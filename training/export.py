@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
@@ -45,6 +44,7 @@ def save_hf_dir(model: Qwen2, tokenizer: Tokenizer, out: Path, card: str | None 
     out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().float().contiguous().clone() for k, v in model.state_dict().items()}
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "model.safetensors").chmod(0o644)
     (out / "config.json").write_text(json.dumps(hf_config(model.cfg), indent=2) + "\n")
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
     tokenizer.save(str(out / "tokenizer.json"))
