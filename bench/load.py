@@ -24,7 +24,7 @@ import websockets
 from bench.common import markdown_table, percentile, plot, progress, write_results
 from workers.config import load_config
 from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import spawn, stop_all, wait_healthy
+from workers.stack import start_processes, stop_all
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
 
@@ -89,11 +89,9 @@ def measure(level: int, args: argparse.Namespace) -> dict[str, Any]:
     with EmbeddedRedis() as server:
         cfg = load_config(redis_url=server.url, port=free_port(), engine="replay", replay_rate=args.rate,
                           log_level="WARNING")
-        procs = {k: spawn(["worker", k] if k != "gateway" else ["gateway"], cfg)
-                 for k in ("decode", "parser", "tools", "gateway")}
+        procs = dict(start_processes(cfg, ["decode", "parser", "tools", "gateway"]))
         try:
             url = f"http://{cfg.host}:{cfg.port}"
-            wait_healthy(url, list(procs.values()))
             r = redis.Redis.from_url(server.url)
             cpu0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}
             cpu0["client"], cpu0["redis"] = cpu_seconds(os.getpid()), cpu_seconds(server.proc.pid)

@@ -19,6 +19,7 @@ from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, fla
 from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
+from workers.tools.client import ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
 
@@ -36,26 +37,13 @@ def ops(request: Request) -> SessionOps:
 
 
 def resolve_tools(registry: Any, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """(tool definitions to render, names of client tools): names pick server tools, definitions are client tools."""
-    if requested is None:
-        return registry.openai_tools(), []
-    tools: list[dict[str, Any]] = []
-    client: list[str] = []
-    seen: set[str] = set()
-    for i, t in enumerate(requested):
-        name = t if isinstance(t, str) else t.function.name
-        if name in seen:
-            raise ApiError(400, f"tools[{i}]: duplicate tool {name!r}", param=f"tools.{i}", code="invalid_value")
-        seen.add(name)
-        if isinstance(t, ToolDef):
-            tools.append(t.as_dict())
-            client.append(name)
-        elif registry.get(name) is None:
-            raise ApiError(400, f"tools[{i}]: unknown server tool {name!r}; known: {', '.join(registry.names())}",
-                           param=f"tools.{i}", code="unknown_tool")
-        else:
-            tools += registry.openai_tools([name])
-    return tools, client
+    """(tool definitions to render, names of client tools), by ``workers.tools.client.split_tools``:
+    names pick server tools; a definition of a tool the server does not have is a client tool."""
+    items = None if requested is None else [t if isinstance(t, str) else t.as_dict() for t in requested]
+    try:
+        return tuple(split_tools(registry, items))
+    except ToolRequestError as exc:
+        raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
 
 def _links(sid: str, after: str = "0-0") -> dict[str, str]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +13,7 @@ import redis
 
 from workers.config import Config, load_config
 from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import spawn, stop_all, wait_healthy
+from workers.stack import spawn_kind, start_processes, stop_all
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,8 +38,7 @@ class Stack:
     procs: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
 
     def start(self, kind: str, n: int = 1) -> list[subprocess.Popen]:
-        args = ["gateway"] if kind == "gateway" else ["worker", kind]
-        new = [spawn(args, self.cfg) for _ in range(n)]
+        new = [spawn_kind(kind, self.cfg) for _ in range(n)]
         self.procs.setdefault(kind, []).extend(new)
         return new
 
@@ -62,13 +59,8 @@ def make_stack(redis_url: str, parsers: int = 1, **overrides: object) -> Stack:
     cfg = load_config(redis_url=redis_url, port=free_port(), reclaim_idle_ms=1000, heartbeat_ms=300,
                       heartbeat_ttl_ms=1200, sweep_after_s=1.0, log_level="INFO", **overrides)
     stack = Stack(cfg, f"http://{cfg.host}:{cfg.port}")
-    for kind, n in (("decode", 1), ("parser", parsers), ("tools", 1), ("gateway", 1)):
-        stack.start(kind, n)
-    try:
-        wait_healthy(stack.url, stack.all())
-    except Exception:
-        stack.stop()
-        raise
+    for kind, proc in start_processes(cfg, ["decode", *["parser"] * parsers, "tools", "gateway"]):
+        stack.procs.setdefault(kind, []).append(proc)
     return stack
 
 

@@ -37,6 +37,22 @@ def spawn(args: list[str], cfg: Config) -> subprocess.Popen:
                             preexec_fn=_die_with_parent)
 
 
+def spawn_kind(kind: str, cfg: Config) -> subprocess.Popen:
+    """One process of ``kind``: a worker kind (decode, parser, tools) or ``gateway``."""
+    return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg)
+
+
+def start_processes(cfg: Config, kinds: list[str]) -> list[tuple[str, subprocess.Popen]]:
+    """One process per entry of ``kinds``, returned once the gateway answers; all stopped on failure."""
+    procs = [(k, spawn_kind(k, cfg)) for k in kinds if k]
+    try:
+        wait_healthy(f"http://{cfg.host}:{cfg.port}", [p for _, p in procs])
+    except BaseException:
+        stop_all([p for _, p in procs])
+        raise
+    return procs
+
+
 def wait_healthy(url: str, procs: list[subprocess.Popen], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -76,9 +92,8 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
     procs: list[subprocess.Popen] = []
     interrupted = False
     try:
-        procs = [spawn(["worker", k], cfg) for k in kinds if k] + [spawn(["gateway"], cfg)]
         print(f"turnstream: starting redis={cfg.redis_url} gateway={url} workers={','.join(kinds)}", flush=True)
-        wait_healthy(url, procs)
+        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"])]
         print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
         if demo:
             from workers.chat import chat

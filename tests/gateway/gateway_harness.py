@@ -15,7 +15,7 @@ from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from workers.config import Config, load_config
 from workers.embedded import free_port
-from workers.stack import spawn, stop_all, wait_healthy
+from workers.stack import start_processes, stop_all
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"
@@ -56,12 +56,7 @@ def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides
     settings.update(overrides)
     cfg = load_config(**settings)
     stack = GwStack(cfg, f"http://{cfg.host}:{cfg.port}")
-    stack.procs = [spawn(["worker", k], cfg) for k in kinds if k != "gateway"] + [spawn(["gateway"], cfg)]
-    try:
-        wait_healthy(stack.url, stack.procs)
-    except Exception:
-        stack.stop()
-        raise
+    stack.procs = [p for _, p in start_processes(cfg, [k for k in kinds if k != "gateway"] + ["gateway"])]
     return stack
 
 
