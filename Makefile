@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos bench lint clean venv-vllm test-vllm
+.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos bench train eval lint clean venv-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -67,6 +67,19 @@ test-vllm: $(VLLM_VENV)/.installed
 
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
+
+# Retrain the bundled model from nothing (~2 h on one free core; resumable: rerun to continue).
+# The trainer and the watcher each use one thread; the watcher ships the final pick to models/tiny-agent.
+TRAIN_RUN ?= .train/run1
+TRAIN_STEPS ?= 12000
+train: install           ## retrain models/tiny-agent (resumable), learning curve and final pick
+	$(PY) -m training.watch --run $(TRAIN_RUN) --final-step $(TRAIN_STEPS) --scale 0.5 & watcher=$$!; \
+	trap 'kill $$watcher 2>/dev/null' INT TERM; \
+	if $(PY) -m training.train --out $(TRAIN_RUN) --steps $(TRAIN_STEPS); then wait $$watcher; \
+	else rc=$$?; kill $$watcher 2>/dev/null; exit $$rc; fi
+
+eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
+	$(VENV)/bin/turnstream eval tiny
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) bench/results/*.png .pytest_cache

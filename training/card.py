@@ -52,8 +52,9 @@ turnstream can show a real model calling tools without downloading one.
 - Reproduce from a fresh clone (about 1.5–2 hours on one free core):
   `python -m training.train --out .train/run1 --steps 12000` (resumable: rerun the same command;
   logs to stdout, snapshots to `.train/run1/snapshots/`), and alongside it
-  `python -m training.watch --run .train/run1 --final-step 12000 --scale 0.5`, which evaluates each
-  new snapshot and copies the best one here with this card. (The shipped run was resumed three times while
+  `python -m training.watch --run .train/run1 --final-step 12000 --scale 0.5`, which draws the
+  learning curve below while the run trains, then picks among the last four snapshots on a separate
+  selection set and copies the pick here with this card (`make train` runs both). (The shipped run was resumed three times while
   its step budget was re-planned for a busy machine: steps 0–1028 were scheduled for 12000 steps,
   1028–2540 for 8500, 2540–3481 for 10000 and the rest for 12000; the learning rate differs by
   under 10 % from a single uninterrupted run. Steps 0–1028 also drew user phrasings with an earlier

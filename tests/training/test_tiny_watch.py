@@ -1,0 +1,61 @@
+"""The final pick of a training run is made on the selection set and measured on the eval set."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from training import watch
+
+MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-agent"
+
+
+def _snapshot(run: Path, step: int, complete: bool = True) -> Path:
+    snap = run / "snapshots" / f"step-{step:06d}"
+    snap.mkdir(parents=True)
+    for name in watch.SHIPPED_FILES:
+        shutil.copy2(MODEL_DIR / name, snap / name)
+    if complete:
+        (snap / "train_state.txt").write_text(f"step {step}\nelapsed_s {step / 2}\n")
+    return snap
+
+
+def test_pick_prefers_the_best_score_then_the_later_step(tmp_path: Path) -> None:
+    a, b, c = (tmp_path / f"step-{s:06d}" for s in (900, 1000, 1100))
+    assert watch.pick({a: 0.9, b: 0.95, c: 0.93}) == b
+    assert watch.pick({a: 0.95, b: 0.95, c: 0.93}) == b
+
+
+def test_snapshots_are_ordered_by_step_and_skip_incomplete_ones(tmp_path: Path) -> None:
+    for step in (12000, 950, 3000):
+        _snapshot(tmp_path, step)
+    _snapshot(tmp_path, 12400, complete=False)
+    assert [s.name for s in watch.snapshots(tmp_path)] == ["step-000950", "step-003000", "step-012000"]
+
+
+def test_finalize_selects_on_seed_1_and_reports_seed_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, dest = tmp_path / "run", tmp_path / "shipped"
+    for step in (1000, 2000, 3000, 4000, 5000):
+        _snapshot(run, step)
+    # Selection scores make step 3000 the pick; on the eval set step 5000 would look better, and
+    # must not matter. Step 1000 is outside the newest four and must not even be scored.
+    selection = {3000: 0.9, 4000: 0.8, 5000: 0.7, 2000: 0.6}
+    eval_set = {3000: 0.91, 5000: 0.99}
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(watch, "TorchBackend", lambda snap: int(Path(snap).name[5:]))
+    monkeypatch.setattr(watch, "build_items", lambda seed=0, *a: seed)
+
+    def fake_evaluate(step: int, seed: int, progress: bool = True) -> dict:
+        seen.append((step, seed))
+        return dict.fromkeys(watch.METRICS, (selection if seed == watch.SELECTION_SEED else eval_set)[step])
+
+    monkeypatch.setattr(watch, "evaluate", fake_evaluate)
+    record = watch.finalize(run, dest, candidates=4)
+    assert sorted(seen) == [(2000, 1), (3000, 0), (3000, 1), (4000, 1), (5000, 1)]
+    assert record["snapshot"] == "step-003000" and record["row"]["exact_args"] == 0.91
+    assert json.loads((run / "final_eval.json").read_text())["snapshot"] == "step-003000"
+    assert (dest / "model.safetensors").read_bytes() == (run / "snapshots/step-003000/model.safetensors").read_bytes()
+    assert "| exact_args | 91.0 % |" in (dest / "README.md").read_text()
