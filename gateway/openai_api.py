@@ -7,9 +7,12 @@ executed here.  The decoder finds the KV of an earlier request by prefix, so a f
 request after tool results pays mostly for the new tokens.
 
 ``tool_choice``: ``"none"`` renders no tools; a named function renders only that function;
-``"required"`` and ``"auto"`` render all.  Decoding is not constrained (see
-``gateway.openai_format`` for what is filtered on output).  A client that disconnects
-mid-request cancels its session, which stops generation.
+``"required"`` and ``"auto"`` render all.  ``"required"`` and a named function also force the
+turn to begin with a call's opener in the deployment's format (``workers.parser.forcing``:
+the call marker, and for a named function the call's head up to its arguments); the
+arguments are the model's.  Where a format or a reasoning model cannot be forced, the choice
+is honoured by rendering and by filtering the output (``gateway.openai_format``).  A client
+that disconnects mid-request cancels its session, which stops generation.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gateway.session_ops import SessionOps
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from workers.config import Config
+from workers.parser import forced_opener
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024
@@ -102,8 +106,10 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    forced = body.tool_choice == "required" or named is not None
+    prefill = forced_opener(cfg.tool_format, named, cfg.reasoning or None) if forced else None
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
-              "stop": stop}
+              "stop": stop, "prefill": prefill}
     return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
                     {"replay": body.replay} if body.replay else {}, named, offer)
 

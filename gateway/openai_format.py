@@ -17,9 +17,10 @@ text beyond what was already sent goes out, and it must agree with it (``Diverge
 not -- possible only with random sampling).  ``response()`` is the non-streaming object,
 built from the same state, so both modes return the same message.
 
-Policies the model is not constrained to (no constrained decoding): with ``tool_choice:
-"none"`` calls are not returned; with a named function, calls of other functions are
-dropped; with ``parallel_tool_calls: false`` only the first call is returned.
+Policies applied to the output (the decoder only forces how a turn begins, see
+``gateway.openai_api``): with ``tool_choice: "none"`` calls are not returned; with a named
+function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only the
+first call is returned.
 """
 
 from __future__ import annotations

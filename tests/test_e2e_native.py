@@ -46,3 +46,24 @@ def test_openai_follow_up_reuses_the_cached_prefix(stack_factory) -> None:
     second = client.chat.completions.create(model="tiny-agent", messages=messages, tools=tools)
     assert second.usage.prompt_tokens > first.usage.prompt_tokens
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // 2
+
+
+def test_tool_choice_forces_calls_the_model_would_not_make(stack_factory) -> None:
+    from training.tools_spec import TOOLS
+
+    stack = stack_factory(engine="native")
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+
+    def ask(text: str, **kw: object):
+        return client.chat.completions.create(model="tiny-agent", messages=[{"role": "user", "content": text}],
+                                              tools=TOOLS, **kw).choices[0]
+
+    small_talk = ask("Hello! How are you?")
+    assert small_talk.message.tool_calls is None and small_talk.message.content  # left alone, no call
+    required = ask("Hello! How are you?", tool_choice="required")
+    assert required.finish_reason == "tool_calls" and required.message.tool_calls
+    assert {c.function.name for c in required.message.tool_calls} <= {t["function"]["name"] for t in TOOLS}
+    # the model would call get_weather here; a named choice makes the call get_time, with the model's arguments
+    named = ask("What's the weather in Paris today?", tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
+    assert isinstance(json.loads(named.message.tool_calls[0].function.arguments), dict)

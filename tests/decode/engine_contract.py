@@ -198,6 +198,16 @@ async def a_continuation_hits_the_previous_turn(case: Case) -> None:
     assert text_of(after) == case.script.text  # the model's reply does not depend on history
 
 
+
+async def a_prefill_is_continued_not_repeated(case: Case) -> None:
+    plain = await collect(case.engine, request())
+    prefill = case.script.prefix(4)  # what tool_choice forces: the turn starts with it
+    forced = await collect(case.engine, request(prefill=prefill))
+    assert text_of(forced) == case.script.text[len(prefill):]
+    assert forced[0].prompt_tokens == plain[0].prompt_tokens + 4  # the prefill is prompt, not completion
+    assert forced[-1].completion_tokens <= plain[-1].completion_tokens - 4
+
+
 CHECKS = [
     first_delta_comes_with_the_first_token_and_prompt_counts,
     deltas_concatenate_to_the_whole_completion,
@@ -212,4 +222,5 @@ CHECKS = [
     concurrent_requests_are_batched,
     a_repeated_prompt_hits_the_prefix_cache,
     a_continuation_hits_the_previous_turn,
+    a_prefill_is_continued_not_repeated,
 ]

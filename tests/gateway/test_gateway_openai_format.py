@@ -150,3 +150,23 @@ def test_a_regenerated_turn_that_differs_is_an_error() -> None:
 def test_a_failed_session_raises() -> None:
     with pytest.raises(UpstreamError, match="boom"):
         run([ContentDelta(text="x"), ErrorEvent(message="boom"), SessionEnded(reason="error")])
+
+
+def test_required_and_named_tool_choice_force_the_turns_opener() -> None:
+    from gateway.bodies import ChatRequest
+    from gateway.openai_api import plan_chat
+    from workers.config import load_config
+
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
+
+    def prefill(choice: Any, **cfg: Any) -> str | None:
+        body = ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                           "tools": tools, "tool_choice": choice})
+        return plan_chat(load_config(served_model_name="m", **cfg), body).params.get("prefill")
+
+    named = {"type": "function", "function": {"name": "b"}}
+    assert prefill("required") == "<tool_call>\n"
+    assert prefill(named) == '<tool_call>\n{"name": "b", "arguments":'
+    assert prefill(named, tool_format="pythonic") == "[b("
+    assert prefill("auto") is None and prefill("none") is None and prefill(None) is None
+    assert prefill("required", reasoning="think") is None  # a reasoning model thinks first: not forced

@@ -16,8 +16,9 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
     {"type": "function", "function": {"name": "get_time", "parameters": {
         "type": "object", "properties": {"timezone": {"type": "string"}}}}}]
-TWO_CALLS = ["On it.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-             "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"timezone\": \"Europe/Paris\"}}\n</tool_call>",
+WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "Europe/Paris"}}\n</tool_call>'
+TWO_CALLS = ["On it.\n" + WEATHER_CALL + "\n" + TIME_CALL,
              "Weather {{ results[0] }}, time {{ results[1] }}."]
 USER = [{"role": "user", "content": "What's the weather in Paris?"}]
 
@@ -93,18 +94,20 @@ def test_max_tokens_cuts_off_with_length(client: openai.OpenAI) -> None:
 
 
 def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
-    def ask(**kw: object):
+    def ask(script: list[str] = TWO_CALLS, **kw: object):
         return client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS,
-                                              extra_body={"replay": TWO_CALLS}, **kw).choices[0]
+                                              extra_body={"replay": script}, **kw).choices[0]
 
     none = ask(tool_choice="none")
     assert none.message.tool_calls is None and none.finish_reason == "stop"
-    named = ask(tool_choice={"type": "function", "function": {"name": "get_time"}})
-    assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
     single = ask(parallel_tool_calls=False)
     assert [c.function.name for c in single.message.tool_calls] == ["get_weather"]
-    required = ask(tool_choice="required")
+    # required / named force the turn's opening: a script (like a model) continues from it
+    required = ask([WEATHER_CALL + "\n" + TIME_CALL], tool_choice="required")
     assert required.finish_reason == "tool_calls" and len(required.message.tool_calls) == 2
+    named = ask([TIME_CALL + "\n" + WEATHER_CALL],  # the other call is dropped
+                tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
 
 
 def test_invalid_requests_get_openai_errors(client: openai.OpenAI) -> None:

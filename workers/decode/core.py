@@ -69,7 +69,7 @@ class EngineCore:
         """
         if req.rid in self.requests:
             raise DuplicateRequest(f"request {req.rid} is already running")
-        text = self.tokenizer.render(req.messages, req.tools, add_generation_prompt=True)
+        text = self.tokenizer.render(req.messages, req.tools, add_generation_prompt=True) + req.params.prefill
         ids, _ = self.prompts.build(req.session, text)
         if len(ids) >= self.max_total_tokens:
             raise RequestTooLarge(f"prompt of {len(ids)} tokens; this engine fits at most "

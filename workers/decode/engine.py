@@ -34,6 +34,9 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    # Text the turn is forced to begin with (a tool call's opener, for tool_choice): engines put it
+    # after the generation prompt and generate what follows; their deltas do not repeat it.
+    prefill: str = ""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "SamplingParams":
@@ -42,7 +45,8 @@ class SamplingParams:
         stop = d.get("stop") or ()
         if isinstance(stop, str):
             stop = (stop,)
-        known = {k: d[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed") if d.get(k) is not None}
+        known = {k: d[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "prefill")
+                 if d.get(k) is not None}
         return cls(stop=tuple(stop), stop_token_ids=tuple(d.get("stop_token_ids") or ()), **known)
 
 

@@ -97,17 +97,21 @@ class ReplayEngine:
         return None
 
     def completion(self, req: GenerateRequest) -> str:
-        """The scripted completion text of this request's turn."""
+        """The scripted completion text of this request's turn (what follows a forced prefill)."""
         script = req.metadata.get("replay") or self.script
         turn = sum(1 for m in req.messages if m.get("role") == "assistant")
         if turn >= len(script):
             return NO_SCRIPT
         user = next((str(m.get("content", "")) for m in reversed(req.messages) if m.get("role") == "user"), "")
         try:
-            return self._env.from_string(script[turn]).render(
+            text = self._env.from_string(script[turn]).render(
                 results=_trailing_tool_results(req.messages), user=user, turn=turn)
         except jinja2.TemplateError as exc:
             raise ReplayEngineError(f"replay script turn {turn}: {exc}") from exc
+        if not text.startswith(req.params.prefill):  # a model continues the prefill; a script must agree
+            raise ReplayEngineError(f"replay script turn {turn} does not begin with the forced "
+                                    f"{req.params.prefill[:40]!r}")
+        return text[len(req.params.prefill):]
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
         ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids

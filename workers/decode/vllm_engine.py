@@ -152,7 +152,8 @@ class VllmEngine:
 
     def _prompt_ids(self, req: GenerateRequest) -> tuple[list[int], int]:
         text = self._template_tokenizer.apply_chat_template(
-            template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True, tokenize=False)
+            template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True,
+            tokenize=False) + req.params.prefill
         assert self.prompts is not None  # set by start()
         return self.prompts.build(req.session, text)
 

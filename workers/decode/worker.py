@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -211,7 +213,7 @@ class DecodeWorker:
                       continuation: bool) -> tuple[str, GenerateDelta]:
         co = Coalescer(self.cfg.coalesce_tokens, self.cfg.coalesce_ms)
         parts: list[str] = []
-        gen = self.engine.generate(req).__aiter__()
+        gen = _with_prefill(self.engine.generate(req), req.params.prefill).__aiter__()
         abort = AbortCheck(self.engine, req, sid, turn)
         try:
             last, seq = await self._pump(gen, co, parts, abort, sid, turn, attempt, continuation)
@@ -320,3 +322,14 @@ class DecodeWorker:
     async def _event(self, sid: str, turn: int, attempt: int, seq: int, body: Any) -> None:
         ev = Event(sid=sid, turn=turn, attempt=attempt, seq=seq, src="decoder", ts=time.time(), body=body)
         await self.sessions.publish_once(sid, f"dseq:{turn}:{attempt}", [(seq, encode(ev))], bus.EVENT_STREAM_MAXLEN)
+
+
+async def _with_prefill(gen: AsyncIterator[GenerateDelta], prefill: str) -> AsyncIterator[GenerateDelta]:
+    """The engine's deltas, the first one led by the forced ``prefill``: the turn's text includes it."""
+    try:
+        async for delta in gen:
+            if prefill:
+                delta, prefill = dataclasses.replace(delta, text=prefill + delta.text), ""
+            yield delta
+    finally:
+        await gen.aclose()
