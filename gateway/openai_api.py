@@ -38,6 +38,7 @@ from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from workers.config import Config
 from workers.parser import forced_opener
+from workers.routing import conversation_key
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024
@@ -149,7 +150,7 @@ async def chat_completions(body: ChatRequest, request: Request,
                                     plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))
     relay: Relay = state.relay
     sub = await relay.subscribe(sid, (0, 0), stop_turn=0)
-    await ops.start(sid)
+    await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     run = _Run(ops, relay, sub, stream, sid)
     if body.stream:
         return EventStreamResponse(run.chunks(), abort=sub.ended)

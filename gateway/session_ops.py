@@ -25,7 +25,7 @@ from gateway.metrics import Metrics
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import StartTurn, call_id_prefix
-from workers import bus
+from workers import bus, routing
 from workers.barrier import Arrival, Barrier
 from workers.config import Config
 from workers.session import SessionInfo, Sessions, end_session, new_sid
@@ -79,11 +79,13 @@ class SessionOps:
                                    max_turns=max_turns, meta=meta, client_tools=client_tools, oneshot=oneshot)
         return sid
 
-    async def start(self, sid: str, turn: int = 0) -> None:
-        """Queue the generation of turn ``turn`` (any decoder takes it)."""
+    async def start(self, sid: str, turn: int = 0, *, route_key: str | None = None, owner: str | None = None) -> None:
+        """Queue the generation of turn ``turn``: on the decoder holding its prefix (``owner``, or the
+        one that ran conversations opening like ``route_key``) when it can take it, else on any."""
         self.metrics.accepted(sid)
-        await bus.add(self.r, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=turn)))
-        log.info("sid=%s turn=%d queued", sid, turn)
+        stream = await routing.job_stream(self.r, self.cfg, key=route_key, owner=owner)
+        await bus.add(self.r, stream, encode(StartTurn(sid=sid, turn=turn)))
+        log.info("sid=%s turn=%d queued on %s", sid, turn, stream)
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:
         info = await self.owned(sid, principal)
@@ -116,7 +118,7 @@ class SessionOps:
         if int(await self._continue(keys=ks, args=args)) != 1:
             raise ApiError(409, "the session changed while continuing it; retry", code="session_busy")
         await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})
-        await self.start(sid, turn)
+        await self.start(sid, turn, owner=info.owner or None)
         return turn, after
 
     async def _closing_messages(self, sid: str, info: SessionInfo) -> list[dict[str, Any]]:

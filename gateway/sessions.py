@@ -19,6 +19,7 @@ from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, fla
 from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
+from workers.routing import conversation_key
 from workers.tools.client import ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
@@ -62,9 +63,10 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop}
     o = ops(request)
-    sid = await o.create(who, [m.as_dict() for m in body.messages], tools=tools, client_tools=client,
+    messages = [m.as_dict() for m in body.messages]
+    sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
-    await o.start(sid)
+    await o.start(sid, route_key=conversation_key(messages, tools))
     return {"id": sid, "object": "session", "status": "active", **_links(sid)}
 
 

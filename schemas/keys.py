@@ -6,6 +6,8 @@ one session's keys share a slot and no script ever touches two slots.
     ts:decode:jobs              stream, group "decode": new turns, orphaned continuations
     ts:decode:w:{worker}        stream, group "decode": continuations for the decoder holding the KV
     ts:decode:hb:{worker}       string + TTL: decoder liveness, load, free KV blocks
+    ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
+    ts:decode:load              hash: decoder -> turns it is generating now (for routing)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
     ts:s:{sid}                  hash: the session record
     ts:s:{sid}:msgs             list: the conversation, one JSON message per item
@@ -28,6 +30,7 @@ from __future__ import annotations
 PREFIX = "ts"
 
 DECODE_JOBS = f"{PREFIX}:decode:jobs"
+DECODE_LOAD = f"{PREFIX}:decode:load"
 DECODE_GROUP = "decode"
 PARSE_JOBS = f"{PREFIX}:parse:jobs"
 PARSE_GROUP = "parse"
@@ -46,6 +49,11 @@ def decoder_jobs(worker: str) -> str:
 
 def decoder_heartbeat(worker: str) -> str:
     return f"{PREFIX}:decode:hb:{worker}"
+
+
+def decoder_route(key: str) -> str:
+    """Which decoder holds the KV of conversations that open like ``key`` (``workers.routing``)."""
+    return f"{PREFIX}:decode:route:{key}"
 
 
 def session(sid: str) -> str:

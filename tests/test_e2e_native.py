@@ -67,3 +67,44 @@ def test_tool_choice_forces_calls_the_model_would_not_make(stack_factory) -> Non
     named = ask("What's the weather in Paris today?", tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
     assert isinstance(json.loads(named.message.tool_calls[0].function.arguments), dict)
+
+
+def _wait_for_decoders(stack, n: int) -> None:
+    import time
+
+    import redis
+
+    from schemas import keys
+
+    r = redis.Redis.from_url(stack.cfg.redis_url)
+    deadline = time.monotonic() + 60
+    while len(r.keys(keys.decoder_heartbeat("*"))) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} decoders came up"
+        time.sleep(0.1)
+
+
+def test_follow_up_requests_go_to_the_decoder_holding_their_prefix(stack_factory) -> None:
+    import redis
+
+    from schemas import keys
+
+    stack = stack_factory(engine="native")
+    stack.start("decode")  # two decoders; the shared queue alone would hand a follow-up to either
+    _wait_for_decoders(stack, 2)
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+    r = redis.Redis.from_url(stack.cfg.redis_url)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+    for city in ("Paris", "Oslo", "Rome", "Lima"):  # the agent loop: each request, then its follow-up
+        messages = [{"role": "user", "content": f"What's the weather in {city} today?"}]
+        first = client.chat.completions.create(model="tiny-agent", messages=messages, tools=tools)
+        reply = first.choices[0].message
+        follow = messages + [reply.model_dump(exclude_none=True)]
+        follow += [{"role": "tool", "tool_call_id": c.id, "content": '{"temperature": 21}'} for c in reply.tool_calls or []]
+        follow += [] if reply.tool_calls else [{"role": "user", "content": "And tomorrow?"}]
+        second = client.chat.completions.create(model="tiny-agent", messages=follow, tools=tools)
+        owner = [r.hget(keys.session(x.id.removeprefix("chatcmpl-")), "owner") for x in (first, second)]
+        assert owner[0] == owner[1], "the follow-up ran on another decoder than the one holding its prefix"
+        # all of the first request's full KV blocks (16 tokens each) were found
+        assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // 16 * 16

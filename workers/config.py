@@ -47,6 +47,9 @@ class Config:
     heartbeat_ttl_ms: int = 3000
     pin_default_s: float = 5.0
     pin_max_s: float = 60.0
+    kv_routing: str = "prefix"  # "prefix": new turns go to the decoder holding their prefix | "off"
+    route_ttl_s: int = 600  # how long a conversation's route is remembered
+    route_max_imbalance: int = 1  # pass a route over when its decoder has more turns in flight than the least busy + this
     # parser / consumers
     reclaim_idle_ms: int = 3000
     block_ms: int = 1000
@@ -84,7 +87,7 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
+_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
             "reasoning": {"", "think", "think_forced"}}
 
 

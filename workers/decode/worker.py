@@ -25,7 +25,7 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, encode
 from schemas.events import (ContinueTurn, Event, ParseTurn, StartTurn, TokenChunk, TokenEnd, TurnRestarted,
                             TurnStarted, call_id_prefix)
-from workers import bus
+from workers import bus, routing
 from workers.barrier import Barrier, complete_turn
 from workers.config import Config, default_worker_id
 from workers.decode.chunks import AbortCheck, Coalescer
@@ -61,6 +61,7 @@ class DecodeWorker:
             t.cancel()
         await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
         await self.r.delete(keys.decoder_heartbeat(self.me))
+        await routing.report_load(self.r, self.me, None)
         await self.engine.stop()
 
     async def _job_loop(self) -> None:
@@ -83,6 +84,7 @@ class DecodeWorker:
     async def _heartbeat(self) -> None:
         stats = dict(self.engine.stats(), worker=self.me, t=time.time())
         await self.r.set(keys.decoder_heartbeat(self.me), json.dumps(stats), px=self.cfg.heartbeat_ttl_ms)
+        await routing.report_load(self.r, self.me, len(self.running))
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -113,7 +115,10 @@ class DecodeWorker:
                 log.warning("decode %s: housekeeping failed: %s", self.me, exc)
 
     async def _adopt_orphans(self) -> None:
-        """Move the private continuation streams of dead decoders to the shared queue."""
+        """Move the private continuation streams of dead decoders to the shared queue; forget their load."""
+        for worker in await self.r.hkeys(keys.DECODE_LOAD):
+            if not await self.r.exists(keys.decoder_heartbeat(worker.decode())):
+                await routing.report_load(self.r, worker.decode(), None)
         async for key in self.r.scan_iter(match=keys.decoder_jobs("*"), count=100):
             stream = key.decode()
             worker = stream.rsplit(":", 1)[1]
@@ -206,8 +211,15 @@ class DecodeWorker:
                                                                after=await bus.last_id(self.r, keys.tokens(sid)))))
         if attempt > 1:
             await self._event(sid, turn, attempt, 0, TurnRestarted(reason="decoder lost; regenerating"))
-        text, end = await self._stream(req, sid, turn, attempt, continuation)
-        await self._finish(sid, turn, attempt, text, end)
+        # this decoder will hold the conversation's KV: route its next requests here (before the turn
+        # ends, so that a client's immediate follow-up already finds the route)
+        await routing.turn_started(self.r, self.cfg, routing.conversation_key(req.messages, req.tools), self.me)
+        try:
+            text, end = await self._stream(req, sid, turn, attempt, continuation)
+            await self._finish(sid, turn, attempt, text, end)
+        finally:
+            with contextlib.suppress(aioredis.ConnectionError, aioredis.TimeoutError):
+                await routing.turn_ended(self.r, self.me)
 
     async def _stream(self, req: GenerateRequest, sid: str, turn: int, attempt: int,
                       continuation: bool) -> tuple[str, GenerateDelta]:

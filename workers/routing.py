@@ -1,0 +1,84 @@
+"""KV-aware routing of new turns: send a turn to the decoder that already holds its prefix.
+
+Continuations (tool results) already go to the decoder that kept the session's KV pinned.
+This covers the other turns that start from a prefix some decoder has computed:
+
+* a user message that continues a session (``POST /v1/sessions/{sid}/messages``): the decoder
+  that ran the session's previous turn (its ``claim:{turn}`` field) holds the conversation;
+* a new session whose conversation opens like an earlier one -- above all the OpenAI API, where
+  every follow-up request (the client's tool results, the next user message) is a new one-turn
+  session repeating the whole conversation so far.  The decoder records, as it starts every
+  turn, ``ts:decode:route:{conversation_key}`` = itself, where the key hashes the tools and the
+  messages up to the first user message (what every later request of that conversation starts
+  with); the gateway looks it up.
+
+A turn goes to that decoder's private stream only if the decoder is alive and not busier than
+the least busy decoder by more than ``route_max_imbalance`` turns in flight (``ts:decode:load``,
+kept by the decoders); otherwise to the shared queue, where the first free decoder takes it.
+Without that guard, sticky conversations pile onto whichever decoder started them while
+another idles, and the saved prefill is lost to queueing (``turnstream bench routing``).  A
+route is a hint: a wrong or stale one costs a prefix-cache miss, never correctness, and a dead
+decoder's private stream is adopted by the others as for continuations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from schemas import keys
+from workers.config import Config
+
+
+def conversation_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """Hash of what every request of one conversation starts with: tools, then messages to the first user one."""
+    head: list[dict[str, Any]] = []
+    for m in messages:
+        head.append({"role": m.get("role"), "content": m.get("content")})
+        if m.get("role") == "user":
+            break
+    blob = json.dumps([tools or [], head], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
+
+
+async def turn_started(r: aioredis.Redis, cfg: Config, key: str, worker: str) -> None:
+    """``worker`` starts a turn of a conversation opening like ``key``: it will hold that KV."""
+    pipe = r.pipeline(transaction=False)
+    pipe.hincrby(keys.DECODE_LOAD, worker, 1)
+    if cfg.kv_routing == "prefix":
+        pipe.set(keys.decoder_route(key), worker, ex=cfg.route_ttl_s)
+    await pipe.execute()
+
+
+async def turn_ended(r: aioredis.Redis, worker: str) -> None:
+    await r.hincrby(keys.DECODE_LOAD, worker, -1)
+
+
+async def report_load(r: aioredis.Redis, worker: str, turns: int | None) -> None:
+    """Set ``worker``'s turns in flight (the heartbeat corrects any drift); None: it is gone."""
+    if turns is None:
+        await r.hdel(keys.DECODE_LOAD, worker)
+    else:
+        await r.hset(keys.DECODE_LOAD, worker, turns)
+
+
+async def job_stream(r: aioredis.Redis, cfg: Config, *, key: str | None = None, owner: str | None = None) -> str:
+    """The stream a new turn goes to: ``owner``'s (or ``key``'s decoder's) private one when it may
+    take it, else the shared queue."""
+    if cfg.kv_routing != "prefix" or (owner is None and key is None):
+        return keys.DECODE_JOBS
+    pipe = r.pipeline(transaction=False)
+    if owner is None:
+        pipe.get(keys.decoder_route(key))
+    pipe.hgetall(keys.DECODE_LOAD)
+    *found, load = await pipe.execute()
+    owner = owner or (found[0].decode() if found and found[0] else None)
+    if not owner or not await r.exists(keys.decoder_heartbeat(owner)):
+        return keys.DECODE_JOBS
+    turns = {k.decode(): int(v) for k, v in load.items()}
+    if turns.get(owner, 0) > min(turns.values(), default=0) + cfg.route_max_imbalance:
+        return keys.DECODE_JOBS
+    return keys.decoder_jobs(owner)
