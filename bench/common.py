@@ -58,6 +58,10 @@ def plot(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, tup
     for label, (xs, ys) in series.items():
         ax.plot(xs, ys, marker="o", label=label)
     ax.set_title(title)
+    if all(float(x).is_integer() for xs, _ in series.values() for x in xs):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if logy:
