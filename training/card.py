@@ -54,12 +54,11 @@ turnstream can show a real model calling tools without downloading one.
   logs to stdout, snapshots to `.train/run1/snapshots/`), and alongside it
   `python -m training.watch --run .train/run1 --final-step 12000 --scale 0.5`, which draws the
   learning curve below while the run trains, then picks among the last four snapshots on a separate
-  selection set and copies the pick here with this card (`make train` runs both). (The shipped run was resumed three times while
-  its step budget was re-planned for a busy machine: steps 0–1028 were scheduled for 12000 steps,
-  1028–2540 for 8500, 2540–3481 for 10000 and the rest for 12000; the learning rate differs by
-  under 10 % from a single uninterrupted run. Steps 0–1028 also drew user phrasings with an earlier
-  sampler that mixed questions and clauses 40/60 instead of uniformly over the combinations; the
-  train/held-out assignment of every phrasing was the same.)
+  selection set and copies the pick here with this card (`make train` runs both). The shipped
+  model is exactly that: one uninterrupted run of these two commands in a fresh clone of the
+  repository, with the watcher's pick. An earlier run of the same recipe (resumed three times with
+  re-planned step budgets) reached 99.5 / 99.6 / 93.3 / 85.0 / 98.8 % on the metrics below: the
+  recipe reproduces, within a few prompts.
 
 ## Evaluation (held-out values and phrasings, greedy decoding)
 `turnstream eval tiny` (or `python -m training.evaluate`), {n} prompts:
@@ -100,9 +99,8 @@ assistant> It's 21°C and sunny in Paris. Your table for 2 at Chez Nous is booke
 ```
 
 ## Learning curve
-Evaluated by `training/watch.py` while training ran (n = prompts per evaluation; rows with n = 165
-use half of the eval set; rows up to step 2540 capped generation at 120 tokens, which cut off some
-two-booking answers).
+Evaluated by `training/watch.py` while training ran, on half of the evaluation set (n = prompts
+per evaluation); reported only, never used to pick the shipped checkpoint.
 
 | step | minutes | n | {curve_head} |
 |---|---|---|{curve_sep}
