@@ -234,7 +234,13 @@ class DecodeWorker:
         end = TokenEnd(turn=turn, attempt=attempt, seq=seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(parts))
-        await bus.add(self.r, keys.tokens(sid), encode(end), bus.TOKEN_STREAM_MAXLEN)
+        # The turn's end and its record in one transaction (one slot): a redis failure between the
+        # two would leave a turn the parser finished but that looks unfinished to a retried claim
+        # (generated twice), with no assistant text for the conversation.
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(keys.tokens(sid), {bus.FIELD: encode(end)}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
+        pipe.hset(keys.session(sid), mapping={f"asst:{turn}": json.dumps({"raw": end.text}), f"done:{turn}": attempt})
+        await pipe.execute()
         return end.text, last
 
     async def _write_chunk(self, sid: str, chunk: bytes, abort: AbortCheck, now: float) -> None:
@@ -294,8 +300,7 @@ class DecodeWorker:
         return last, seq
 
     async def _finish(self, sid: str, turn: int, attempt: int, text: str, last: GenerateDelta) -> None:
-        """Record the assistant text, and pin the KV for the tools' expected duration."""
-        await self.sessions.set_fields(sid, **{f"asst:{turn}": json.dumps({"raw": text}), f"done:{turn}": attempt})
+        """Pin the KV for the tools' expected duration (the text was recorded with the turn's end)."""
         names = await self._call_names(text)
         if names:
             self.engine.pin(sid, await self._pin_seconds(names))
