@@ -41,7 +41,7 @@ from bench.engine import MODEL as ENGINE_MODEL
 from workers.config import DEFAULT_MODEL_DIR, load_config
 from workers.decode.synthetic import build_checkpoint
 from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import start_processes, stop_all
+from workers.stack import start_processes, stop_all, wait_for_decoders
 
 MODES = ("prefix", "off")
 CITIES = ("Paris", "Oslo", "Rome", "Lima", "Kyiv", "Bern", "Cairo", "Quito", "Dakar", "Hanoi", "Perth", "Tunis")
@@ -133,10 +133,8 @@ def measure(mode: str, server_url: str, db: int, model: str, args: argparse.Name
                       kv_routing=mode, log_level="WARNING")
     procs = start_processes(cfg, ["decode"] * args.decoders + ["parser", "tools", "gateway"])
     try:
+        wait_for_decoders(url, args.decoders)
         r = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 120
-        while len(r.keys(keys.decoder_heartbeat("*"))) < args.decoders and time.monotonic() < deadline:
-            time.sleep(0.1)
         return asyncio.run(_run_mode(f"http://{cfg.host}:{cfg.port}", r, args))
     finally:
         stop_all([p for _, p in procs])

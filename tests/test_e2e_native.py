@@ -11,7 +11,7 @@ import json
 import openai
 
 from tests.test_e2e import assert_exactly_once_in_order, run_session
-from workers.stack import DEMO_MESSAGE
+from workers.stack import DEMO_MESSAGE, wait_for_decoders
 
 
 async def test_bundled_model_session_reuses_its_kv_across_turns(stack_factory) -> None:
@@ -69,20 +69,6 @@ def test_tool_choice_forces_calls_the_model_would_not_make(stack_factory) -> Non
     assert isinstance(json.loads(named.message.tool_calls[0].function.arguments), dict)
 
 
-def _wait_for_decoders(stack, n: int) -> None:
-    import time
-
-    import redis
-
-    from schemas import keys
-
-    r = redis.Redis.from_url(stack.cfg.redis_url)
-    deadline = time.monotonic() + 60
-    while len(r.keys(keys.decoder_heartbeat("*"))) < n:
-        assert time.monotonic() < deadline, f"fewer than {n} decoders came up"
-        time.sleep(0.1)
-
-
 def test_follow_up_requests_go_to_the_decoder_holding_their_prefix(stack_factory) -> None:
     import redis
 
@@ -90,7 +76,7 @@ def test_follow_up_requests_go_to_the_decoder_holding_their_prefix(stack_factory
 
     stack = stack_factory(engine="native")
     stack.start("decode")  # two decoders; the shared queue alone would hand a follow-up to either
-    _wait_for_decoders(stack, 2)
+    wait_for_decoders(stack.cfg.redis_url, 2)
     client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
     r = redis.Redis.from_url(stack.cfg.redis_url)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",

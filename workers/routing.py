@@ -44,25 +44,29 @@ def conversation_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
 
 
-async def turn_started(r: aioredis.Redis, cfg: Config, key: str, worker: str) -> None:
-    """``worker`` starts a turn of a conversation opening like ``key``: it will hold that KV."""
-    pipe = r.pipeline(transaction=False)
+def turn_started(pipe: Any, cfg: Config, key: str, worker: str) -> None:
+    """Queue on ``pipe``: ``worker`` starts a turn of a conversation opening like ``key`` (it will hold that KV)."""
     pipe.hincrby(keys.DECODE_LOAD, worker, 1)
     if cfg.kv_routing == "prefix":
         pipe.set(keys.decoder_route(key), worker, ex=cfg.route_ttl_s)
-    await pipe.execute()
 
 
 async def turn_ended(r: aioredis.Redis, worker: str) -> None:
     await r.hincrby(keys.DECODE_LOAD, worker, -1)
 
 
-async def report_load(r: aioredis.Redis, worker: str, turns: int | None) -> None:
-    """Set ``worker``'s turns in flight (the heartbeat corrects any drift); None: it is gone."""
-    if turns is None:
-        await r.hdel(keys.DECODE_LOAD, worker)
-    else:
-        await r.hset(keys.DECODE_LOAD, worker, turns)
+async def forget_dead(r: aioredis.Redis) -> None:
+    """Drop the load entries of decoders without a heartbeat (each decoder also rewrites its own count
+    with every heartbeat, which corrects any drift of the increments)."""
+    workers = [w.decode() for w in await r.hkeys(keys.DECODE_LOAD)]
+    if not workers:
+        return
+    pipe = r.pipeline(transaction=False)
+    for w in workers:
+        pipe.exists(keys.decoder_heartbeat(w))
+    dead = [w for w, alive in zip(workers, await pipe.execute()) if not alive]
+    if dead:
+        await r.hdel(keys.DECODE_LOAD, *dead)
 
 
 async def job_stream(r: aioredis.Redis, cfg: Config, *, key: str | None = None, owner: str | None = None) -> str:

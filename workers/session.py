@@ -26,6 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas import keys
+from workers import bus
 
 # claim turn T for ME: 1st claim, or take over from a holder we were told is dead.
 _CLAIM = """
@@ -160,6 +161,15 @@ class Sessions:
         """Append turn ``turn``'s assistant and tool messages once; False if already there."""
         args = [turn] + [json.dumps(m) for m in messages]
         return bool(await self._append(keys=[keys.session(sid), keys.messages(sid)], args=args))
+
+    async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, text: str, maxlen: int) -> None:
+        """Append the turn's end to its token log and record it (``asst:T``, ``done:T``) in one
+        transaction: apart, a redis failure between them leaves a turn the parser finished that a
+        retried claim sees as unfinished (generated twice) with no assistant text for the conversation."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(keys.tokens(sid), {bus.FIELD: token_end}, maxlen=maxlen, approximate=True)
+        pipe.hset(keys.session(sid), mapping={f"asst:{turn}": json.dumps({"raw": text}), f"done:{turn}": attempt})
+        await pipe.execute()
 
     async def publish_once(self, sid: str, cursor: str, items: list[tuple[int, bytes]], maxlen: int) -> int:
         """XADD the events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the new mark."""

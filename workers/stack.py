@@ -16,7 +16,9 @@ import sys
 import time
 
 import httpx
+import redis
 
+from schemas import keys
 from workers.config import Config
 from workers.embedded import EmbeddedRedis, _die_with_parent, free_port
 
@@ -65,6 +67,19 @@ def wait_healthy(url: str, procs: list[subprocess.Popen], timeout_s: float = 60.
             pass
         time.sleep(0.1)
     raise RuntimeError(f"gateway not healthy at {url} after {timeout_s}s")
+
+
+def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
+    """Until ``n`` decoders send heartbeats (their engines are loaded and they take jobs)."""
+    r = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(r.keys(keys.decoder_heartbeat("*"))) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {n} decoders up after {timeout_s}s")
+            time.sleep(0.1)
+    finally:
+        r.close()
 
 
 def stop_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:

@@ -28,25 +28,32 @@ def test_every_request_of_a_conversation_has_the_key_of_its_opening() -> None:
 async def test_a_turn_goes_to_the_live_holder_unless_it_is_busier_than_the_rest(redis_url: str) -> None:
     r = aioredis.from_url(redis_url)
     cfg = load_config(redis_url=redis_url, route_max_imbalance=1)
+
+    async def turn_started(c, key: str, worker: str) -> None:
+        pipe = r.pipeline(transaction=False)
+        routing.turn_started(pipe, c, key, worker)
+        await pipe.execute()
+
     try:
         assert await routing.job_stream(r, cfg, key="k") == keys.DECODE_JOBS  # no route yet
-        await routing.turn_started(r, cfg, "k", "d1")
+        await turn_started(cfg, "k", "d1")
         assert 0 < await r.ttl(keys.decoder_route("k")) <= cfg.route_ttl_s
         assert await routing.job_stream(r, cfg, key="k") == keys.DECODE_JOBS  # d1 has no heartbeat: dead
         await r.set(keys.decoder_heartbeat("d1"), json.dumps({"running": 1}))
-        await routing.report_load(r, "d2", 0)
+        await r.hset(keys.DECODE_LOAD, "d2", 0)
         assert await routing.job_stream(r, cfg, key="k") == keys.decoder_jobs("d1")  # 1 turn vs 0: within 1
-        await routing.turn_started(r, cfg, "k", "d1")  # 2 vs 0: too busy, any decoder takes it
+        await turn_started(cfg, "k", "d1")  # 2 vs 0: too busy, any decoder takes it
         assert await routing.job_stream(r, cfg, key="k") == keys.DECODE_JOBS
         assert await routing.job_stream(r, cfg, owner="d1") == keys.DECODE_JOBS
         await routing.turn_ended(r, "d1")
         assert await routing.job_stream(r, cfg, owner="d1") == keys.decoder_jobs("d1")
-        await routing.report_load(r, "d2", None)  # d2 gone: d1 is the only one left
-        await routing.turn_started(r, cfg, "k", "d1")
+        await routing.forget_dead(r)  # d2 has no heartbeat: its load is dropped, d1 is the only one left
+        assert await r.hkeys(keys.DECODE_LOAD) == [b"d1"]
+        await turn_started(cfg, "k", "d1")
         assert await routing.job_stream(r, cfg, key="k") == keys.decoder_jobs("d1")
         off = cfg.replace(kv_routing="off")
         assert await routing.job_stream(r, off, key="k") == keys.DECODE_JOBS
-        await routing.turn_started(r, off, "k2", "d1")
+        await turn_started(off, "k2", "d1")
         assert await r.get(keys.decoder_route("k2")) is None
         assert await r.hget(keys.DECODE_LOAD, "d1") == b"3"  # load is kept either way
     finally:

@@ -61,7 +61,7 @@ class DecodeWorker:
             t.cancel()
         await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
         await self.r.delete(keys.decoder_heartbeat(self.me))
-        await routing.report_load(self.r, self.me, None)
+        await self.r.hdel(keys.DECODE_LOAD, self.me)
         await self.engine.stop()
 
     async def _job_loop(self) -> None:
@@ -83,8 +83,10 @@ class DecodeWorker:
 
     async def _heartbeat(self) -> None:
         stats = dict(self.engine.stats(), worker=self.me, t=time.time())
-        await self.r.set(keys.decoder_heartbeat(self.me), json.dumps(stats), px=self.cfg.heartbeat_ttl_ms)
-        await routing.report_load(self.r, self.me, len(self.running))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(keys.decoder_heartbeat(self.me), json.dumps(stats), px=self.cfg.heartbeat_ttl_ms)
+        pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
+        await pipe.execute()
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -116,9 +118,7 @@ class DecodeWorker:
 
     async def _adopt_orphans(self) -> None:
         """Move the private continuation streams of dead decoders to the shared queue; forget their load."""
-        for worker in await self.r.hkeys(keys.DECODE_LOAD):
-            if not await self.r.exists(keys.decoder_heartbeat(worker.decode())):
-                await routing.report_load(self.r, worker.decode(), None)
+        await routing.forget_dead(self.r)
         async for key in self.r.scan_iter(match=keys.decoder_jobs("*"), count=100):
             stream = key.decode()
             worker = stream.rsplit(":", 1)[1]
@@ -207,13 +207,16 @@ class DecodeWorker:
         req = GenerateRequest(rid=f"{sid}:{turn}:{attempt}", session=sid, messages=messages, tools=info.tools or None,
                               params=SamplingParams.from_dict(info.params), continuation=continuation, turn=turn,
                               metadata=info.meta)
-        await bus.add(self.r, keys.PARSE_JOBS, encode(ParseTurn(sid=sid, turn=turn, attempt=attempt, worker=self.me,
-                                                               after=await bus.last_id(self.r, keys.tokens(sid)))))
-        if attempt > 1:
-            await self._event(sid, turn, attempt, 0, TurnRestarted(reason="decoder lost; regenerating"))
+        job = ParseTurn(sid=sid, turn=turn, attempt=attempt, worker=self.me,
+                        after=await bus.last_id(self.r, keys.tokens(sid)))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
         # this decoder will hold the conversation's KV: route its next requests here (before the turn
         # ends, so that a client's immediate follow-up already finds the route)
-        await routing.turn_started(self.r, self.cfg, routing.conversation_key(req.messages, req.tools), self.me)
+        routing.turn_started(pipe, self.cfg, routing.conversation_key(req.messages, req.tools), self.me)
+        await pipe.execute()
+        if attempt > 1:
+            await self._event(sid, turn, attempt, 0, TurnRestarted(reason="decoder lost; regenerating"))
         try:
             text, end = await self._stream(req, sid, turn, attempt, continuation)
             await self._finish(sid, turn, attempt, text, end)
@@ -234,13 +237,7 @@ class DecodeWorker:
         end = TokenEnd(turn=turn, attempt=attempt, seq=seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(parts))
-        # The turn's end and its record in one transaction (one slot): a redis failure between the
-        # two would leave a turn the parser finished but that looks unfinished to a retried claim
-        # (generated twice), with no assistant text for the conversation.
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(keys.tokens(sid), {bus.FIELD: encode(end)}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
-        pipe.hset(keys.session(sid), mapping={f"asst:{turn}": json.dumps({"raw": end.text}), f"done:{turn}": attempt})
-        await pipe.execute()
+        await self.sessions.end_turn(sid, turn, attempt, encode(end), end.text, bus.TOKEN_STREAM_MAXLEN)
         return end.text, last
 
     async def _write_chunk(self, sid: str, chunk: bytes, abort: AbortCheck, now: float) -> None:
