@@ -4,7 +4,9 @@ WORKDIR /app
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
+COPY runtime ./runtime
 COPY workers ./workers
+COPY turnstream ./turnstream
 COPY gateway ./gateway
 COPY bench ./bench
 COPY training ./training

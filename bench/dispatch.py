@@ -29,10 +29,10 @@ from bench.common import DEFAULT_OUT, markdown_table, percentile, progress, writ
 from schemas import keys
 from schemas.codec import decode_event
 from schemas.events import ToolCallReady, ToolResult
-from workers import bus
-from workers.config import Config, load_config
-from workers.embedded import EmbeddedRedis, _die_with_parent
-from workers.stack import child_env, spawn, stop_all
+from runtime import bus
+from runtime.config import Config, load_config
+from turnstream.embedded import EmbeddedRedis, _die_with_parent
+from turnstream.stack import child_env, spawn, stop_all
 from workers.tools.dispatch import Dispatcher, arq_pool, tool_job
 
 GOAL_P50_MS, GOAL_P99_MS = 3.0, 15.0
@@ -69,7 +69,7 @@ async def _stock_worker(cfg: Config) -> None:
     from arq.connections import RedisSettings
     from arq.worker import Worker, func
 
-    from workers.config import default_worker_id
+    from runtime.config import default_worker_id
     from workers.tools.dispatch import RUN_TOOL, deserialize, serialize
     from workers.tools.registry import Registry
     from workers.tools.runner import ToolRunner, job_timeout

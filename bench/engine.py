@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from bench.common import markdown_table, progress, write_results
-from workers.decode.config import EngineConfig
+from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateRequest, SamplingParams
-from workers.decode.native import NativeEngine
+from workers.decode.native.engine import NativeEngine
 from workers.decode.synthetic import build_checkpoint
 from workers.decode.tokenizer import ChatTokenizer
 

@@ -22,9 +22,9 @@ import redis
 import websockets
 
 from bench.common import markdown_table, percentile, plot, progress, write_results
-from workers.config import load_config
-from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import start_processes, stop_all
+from runtime.config import load_config
+from turnstream.embedded import EmbeddedRedis, free_port
+from turnstream.stack import start_processes, stop_all
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
 

@@ -28,11 +28,11 @@ from bench.common import DEFAULT_OUT, markdown_table, progress, write_results
 from schemas import keys
 from schemas.codec import decode_event, encode
 from schemas.events import StartTurn
-from workers import bus
-from workers.config import Config, load_config
-from workers.embedded import EmbeddedRedis
-from workers.session import Sessions
-from workers.stack import spawn, stop_all
+from runtime import bus
+from runtime.config import Config, load_config
+from turnstream.embedded import EmbeddedRedis
+from runtime.session import Sessions
+from turnstream.stack import spawn, stop_all
 
 MODES = ("on_close", "after_turn")
 FILLER = "The plan is taking shape while the tools run in the background. "

@@ -38,10 +38,10 @@ import redis
 from bench.common import DEFAULT_OUT, markdown_table, percentile, plot, progress, write_results
 from schemas import keys
 from bench.engine import MODEL as ENGINE_MODEL
-from workers.config import DEFAULT_MODEL_DIR, load_config
+from runtime.config import DEFAULT_MODEL_DIR, load_config
 from workers.decode.synthetic import build_checkpoint
-from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import start_processes, stop_all, wait_for_decoders
+from turnstream.embedded import EmbeddedRedis, free_port
+from turnstream.stack import start_processes, stop_all, wait_for_decoders
 
 MODES = ("prefix", "off")
 CITIES = ("Paris", "Oslo", "Rome", "Lima", "Kyiv", "Bern", "Cairo", "Quito", "Dakar", "Hanoi", "Perth", "Tunis")

@@ -27,8 +27,8 @@ from gateway.relay import Relay, RelayUnavailable
 from gateway.session_ops import SessionOps
 from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
-from workers import bus
-from workers.config import Config
+from runtime import bus
+from runtime.config import Config
 from workers.tools.config import open_registry
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from gateway.errors import ApiError
-from workers.config import Config, ConfigError
+from runtime.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 

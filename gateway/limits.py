@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from gateway.auth import Principal, reject
 from gateway.errors import ApiError
 from schemas import keys
-from workers.config import Config
+from runtime.config import Config
 
 # KEYS[1] bucket hash; ARGV: rate/s, burst, now (s); returns {allowed 0|1, seconds to wait}
 _BUCKET = """

@@ -8,7 +8,7 @@ request after tool results pays mostly for the new tokens.
 
 ``tool_choice``: ``"none"`` renders no tools; a named function renders only that function;
 ``"required"`` and ``"auto"`` render all.  ``"required"`` and a named function also force the
-turn to begin with a call's opener in the deployment's format (``workers.parser.forcing``:
+turn to begin with a call's opener in the deployment's format (``workers.decode.forcing``:
 the call marker, and for a named function the call's head up to its arguments); the
 arguments are the model's.  Where a format or a reasoning model cannot be forced, the choice
 is honoured by rendering and by filtering the output (``gateway.openai_format``).  A client
@@ -36,9 +36,9 @@ from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
-from workers.config import Config
+from runtime.config import Config
 from workers.parser import forced_opener
-from workers.routing import conversation_key
+from runtime.routing import conversation_key
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024

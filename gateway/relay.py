@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_event, to_builtins
 from schemas.events import Event, SessionEnded
-from workers import bus
+from runtime import bus
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from gateway.metrics import Metrics
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import StartTurn, call_id_prefix
-from workers import bus, routing
-from workers.barrier import Arrival, Barrier
-from workers.config import Config
-from workers.session import SessionInfo, Sessions, end_session, new_sid
+from runtime import bus, routing
+from runtime.barrier import Arrival, Barrier
+from runtime.config import Config
+from runtime.session import SessionInfo, Sessions, end_session, new_sid
 from workers.tools.client import ClientResultError, submit_client_result
 
 log = logging.getLogger(__name__)

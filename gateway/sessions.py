@@ -19,7 +19,7 @@ from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, fla
 from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
-from workers.routing import conversation_key
+from runtime.routing import conversation_key
 from workers.tools.client import ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])

@@ -52,7 +52,7 @@ def decoder_heartbeat(worker: str) -> str:
 
 
 def decoder_route(key: str) -> str:
-    """Which decoder holds the KV of conversations that open like ``key`` (``workers.routing``)."""
+    """Which decoder holds the KV of conversations that open like ``key`` (``runtime.routing``)."""
     return f"{PREFIX}:decode:route:{key}"
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from workers.config import Config, load_config
-from workers.embedded import EmbeddedRedis, free_port
-from workers.stack import spawn_kind, start_processes, stop_all
+from runtime.config import Config, load_config
+from turnstream.embedded import EmbeddedRedis, free_port
+from turnstream.stack import spawn_kind, start_processes, stop_all
 
 REPO = Path(__file__).resolve().parent.parent
 

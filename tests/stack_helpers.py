@@ -9,8 +9,8 @@ from typing import Any
 from schemas import keys
 from schemas.codec import decode_event, encode
 from schemas.events import StartTurn
-from workers import bus
-from workers.session import Sessions
+from runtime import bus
+from runtime.session import Sessions
 
 
 async def start_session(r: Any, sid: str, script: list[str], **kw: Any) -> None:

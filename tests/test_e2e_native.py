@@ -11,7 +11,7 @@ import json
 import openai
 
 from tests.test_e2e import assert_exactly_once_in_order, run_session
-from workers.stack import DEMO_MESSAGE, wait_for_decoders
+from turnstream.stack import DEMO_MESSAGE, wait_for_decoders
 
 
 async def test_bundled_model_session_reuses_its_kv_across_turns(stack_factory) -> None:

@@ -15,8 +15,8 @@ import pytest
 from tests.decode.scripted_model import build_scripted_checkpoint
 from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
 from tests.test_e2e import assert_exactly_once_in_order, kinds, run_session
-from workers.config import DEFAULT_MODEL_DIR
-from workers.stack import DEMO_MESSAGE
+from runtime.config import DEFAULT_MODEL_DIR
+from turnstream.stack import DEMO_MESSAGE
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
 

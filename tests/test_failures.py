@@ -11,7 +11,7 @@ import redis
 
 from schemas import keys
 from tests.test_e2e import TWO_CALLS, assert_exactly_once_in_order, kinds, run_session
-from workers import bus
+from runtime import bus
 
 BODY = {"messages": [{"role": "user", "content": "weather and a table please"}], "replay": TWO_CALLS}
 

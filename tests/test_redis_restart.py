@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.chaos import TOOLS_TOML, Client, check
 from tests.conftest import make_stack
-from workers.embedded import EmbeddedRedis
+from turnstream.embedded import EmbeddedRedis
 
 
 async def test_sessions_survive_a_redis_restart(tmp_path) -> None:

@@ -73,8 +73,8 @@ class NativeBackend:
     """turnstream's own engine (``workers.decode.native.NativeEngine``), driven one request at a time."""
 
     def __init__(self, model_dir: Path) -> None:
-        from workers.decode.config import EngineConfig
-        from workers.decode.native import NativeEngine
+        from workers.decode.native.config import EngineConfig
+        from workers.decode.native.engine import NativeEngine
 
         self.loop = asyncio.new_event_loop()
         self.engine = NativeEngine(EngineConfig(model=str(model_dir), device="cpu"))

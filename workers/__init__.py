@@ -1,1 +1,1 @@
-"""turnstream workers: the bus, the decode, parser and tool workers, and the CLI."""
+"""turnstream workers: one folder per worker type (decode, parser, tools)."""

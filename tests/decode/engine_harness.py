@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from workers.decode.config import EngineConfig
-from workers.decode.core import EngineCore
+from workers.decode.native.config import EngineConfig
+from workers.decode.native.core import EngineCore
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 from workers.decode.synthetic import build_checkpoint
 

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from workers.decode.block_manager import BlockManager, chain_hash
+from workers.decode.native.block_manager import BlockManager, chain_hash
 from workers.decode.engine import SamplingParams
 from workers.decode.errors import BlockIntegrityError, NoFreeBlocks
-from workers.decode.sequence import Sequence
+from workers.decode.native.sequence import Sequence
 
 BS = 4
 

@@ -9,14 +9,14 @@ import torch
 import transformers
 
 from engine_harness import checkpoint
-from workers.decode.block_manager import BlockManager
+from workers.decode.native.block_manager import BlockManager
 from workers.decode.engine import SamplingParams
 from workers.decode.errors import ModelLoadError
-from workers.decode.loader import ModelArgs, inv_freq
-from workers.decode.model_runner import ModelRunner
-from workers.decode.models import load_model
-from workers.decode.scheduler import ScheduledBatch
-from workers.decode.sequence import Sequence
+from workers.decode.native.loader import ModelArgs, inv_freq
+from workers.decode.native.model_runner import ModelRunner
+from workers.decode.native.models import load_model
+from workers.decode.native.scheduler import ScheduledBatch
+from workers.decode.native.sequence import Sequence
 
 BLOCK = 4
 ATOL = 1e-4

@@ -10,8 +10,8 @@ import pytest_asyncio
 from tests.decode import engine_contract
 from tests.decode.engine_contract import Case
 from tests.decode.scripted_model import Script, build_scripted_checkpoint
-from workers.decode.config import EngineConfig
-from workers.decode.native import NativeEngine
+from workers.decode.native.config import EngineConfig
+from workers.decode.native.engine import NativeEngine
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 BLOCK_SIZE = 16

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from engine_harness import checkpoint, continue_with_tool, request
-from workers.decode.config import EngineConfig
+from workers.decode.native.config import EngineConfig
 from workers.decode.engine import Engine, GenerateDelta
 from workers.decode.errors import EngineError, PromptError, RequestTooLarge
-from workers.decode.native import NativeEngine
+from workers.decode.native.engine import NativeEngine
 
 
 def _config(**overrides) -> EngineConfig:

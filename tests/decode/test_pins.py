@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from engine_harness import FakeClock
 from workers.decode.engine import SamplingParams
-from workers.decode.pins import PinTable
-from workers.decode.sequence import Sequence, SequenceStatus
+from workers.decode.native.pins import PinTable
+from workers.decode.native.sequence import Sequence, SequenceStatus
 
 
 def _finished(session: str, num_blocks: int) -> Sequence:

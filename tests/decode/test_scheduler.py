@@ -6,12 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_harness import FakeClock
-from workers.decode.block_manager import BlockManager
-from workers.decode.config import EngineConfig
+from workers.decode.native.block_manager import BlockManager
+from workers.decode.native.config import EngineConfig
 from workers.decode.engine import SamplingParams
-from workers.decode.pins import PinTable
-from workers.decode.scheduler import Scheduler
-from workers.decode.sequence import Sequence, SequenceStatus
+from workers.decode.native.pins import PinTable
+from workers.decode.native.scheduler import Scheduler
+from workers.decode.native.sequence import Sequence, SequenceStatus
 
 BS = 4
 

@@ -15,7 +15,7 @@ from tests.decode import engine_contract
 from tests.decode.engine_contract import Case
 from tests.decode.scripted_model import Script, build_scripted_checkpoint
 from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
-from workers.config import ConfigError, load_config
+from runtime.config import ConfigError, load_config
 from workers.decode.errors import EngineError, ModelLoadError
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
@@ -103,7 +103,7 @@ async def test_configuration_errors_name_the_key(tmp_path) -> None:
 
 
 def test_build_engine_picks_vllm(tmp_path) -> None:
-    from workers.cli import build_engine
+    from turnstream.cli import build_engine
 
     eng = build_engine(load_config(engine="vllm", model=str(tmp_path), vllm_args='{"enforce_eager": true}'))
     assert isinstance(eng, VllmEngine) and eng.config.engine_args == {"enforce_eager": True}

@@ -13,9 +13,9 @@ import websockets
 
 from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
-from workers.config import Config, load_config
-from workers.embedded import free_port
-from workers.stack import start_processes, stop_all
+from runtime.config import Config, load_config
+from turnstream.embedded import free_port
+from turnstream.stack import start_processes, stop_all
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"

@@ -155,7 +155,7 @@ def test_a_failed_session_raises() -> None:
 def test_required_and_named_tool_choice_force_the_turns_opener() -> None:
     from gateway.bodies import ChatRequest
     from gateway.openai_api import plan_chat
-    from workers.config import load_config
+    from runtime.config import load_config
 
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
 

@@ -13,7 +13,7 @@ from gateway_harness import event_bytes
 from gateway.relay import Dropped, Relay, Subscription, parse_id
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded
-from workers import bus
+from runtime import bus
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from gateway_harness import GwStack, event_bytes
 
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded
-from workers.session import Sessions
+from runtime.session import Sessions
 
 GATEWAY_KINDS = ("gateway",)
 N_SESSIONS = 1000

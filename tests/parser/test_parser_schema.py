@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.parser.pyliteral import literal_to_json
+from workers.parser.formats.pyliteral import literal_to_json
 from workers.parser.schema import ToolSchemas, to_json
 
 

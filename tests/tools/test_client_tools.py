@@ -13,9 +13,9 @@ from schemas import keys
 from schemas.codec import decode_job
 from schemas.events import ContinueTurn
 from tests.stack_helpers import ended, of, start_session, wait_for
-from workers import bus
-from workers.barrier import Arrival, Barrier
-from workers.session import Sessions
+from runtime import bus
+from runtime.barrier import Arrival, Barrier
+from runtime.session import Sessions
 from workers.tools import default_registry
 from workers.tools.client import ClientResultError, ToolRequestError, expire_overdue, split_tools, submit_client_result
 

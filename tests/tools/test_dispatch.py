@@ -18,8 +18,8 @@ from arq.constants import job_key_prefix
 from schemas import keys
 from schemas.codec import decode_event, decode_tool_job
 from schemas.events import ToolCallInvalid, ToolCallReady, ToolResult, ToolStarted
-from workers import bus
-from workers.config import load_config
+from runtime import bus
+from runtime.config import load_config
 from workers.tools.dispatch import Dispatcher, arq_pool, tool_job
 from workers.tools.registry import Registry, tool
 from workers.tools.worker import WakingWorker, build_worker

@@ -18,10 +18,10 @@ from schemas import keys
 from schemas.codec import decode_event, decode_job, encode
 from schemas.events import ContinueTurn, ToolJob, ToolResult, ToolStarted
 from tests.stack_helpers import ended, of, start_session, wait_for
-from workers import bus
-from workers.barrier import Barrier
-from workers.config import load_config
-from workers.session import Sessions
+from runtime import bus
+from runtime.barrier import Barrier
+from runtime.config import load_config
+from runtime.session import Sessions
 from workers.tools import runner as runner_mod
 from workers.tools.registry import ErrorKind, Registry, ToolError, tool
 from workers.tools.runner import MAX_DELIVERIES, ToolRunner

@@ -11,7 +11,7 @@ from training.evaluate import build_items
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-agent"
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "config.json").exists(), reason="no model in models/tiny-agent")
-pytest.importorskip("workers.decode.native")
+pytest.importorskip("workers.decode.native.engine")
 pytest.importorskip("transformers")
 
 

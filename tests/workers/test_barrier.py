@@ -16,9 +16,9 @@ from schemas import keys
 from schemas.codec import decode_job, encode
 from schemas.events import ContinueTurn
 from tests.stack_helpers import ended, of, wait_for
-from workers import bus
-from workers.barrier import Arrival, Barrier, Start, complete_turn
-from workers.session import Sessions, end_session
+from runtime import bus
+from runtime.barrier import Arrival, Barrier, Start, complete_turn
+from runtime.session import Sessions, end_session
 from workers.tools.client import expire_overdue, record
 from workers.tools.durations import Durations
 

@@ -9,7 +9,7 @@ import pytest
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import StartTurn
-from workers import bus
+from runtime import bus
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import json
 import redis.asyncio as aioredis
 
 from schemas import keys
-from workers import routing
-from workers.config import load_config
+from runtime import routing
+from runtime.config import load_config
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 OPENING = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.config import ConfigError
+from runtime.config import ConfigError
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 from workers.decode.errors import EngineError, ModelLoadError
 from workers.decode.prompts import SessionPrompts

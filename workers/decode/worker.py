@@ -25,12 +25,12 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, encode
 from schemas.events import (ContinueTurn, Event, ParseTurn, StartTurn, TokenChunk, TokenEnd, TurnRestarted,
                             TurnStarted, call_id_prefix)
-from workers import bus, routing
-from workers.barrier import Barrier, complete_turn
-from workers.config import Config, default_worker_id
+from runtime import bus, routing
+from runtime.barrier import Barrier, complete_turn
+from runtime.config import Config, default_worker_id
 from workers.decode.chunks import AbortCheck, Coalescer
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
-from workers.session import Sessions, SessionInfo, fail_session
+from runtime.session import Sessions, SessionInfo, fail_session
 from workers.tools.client import expire_overdue
 
 log = logging.getLogger(__name__)

@@ -10,17 +10,17 @@ from workers.parser.turn import Turn, collect
 
 # name -> "module:Class" (imported on first use)
 _PARSERS: dict[str, str] = {
-    "hermes": "workers.parser.hermes:HermesParser",
-    "deepseek_v3": "workers.parser.deepseek:DeepSeekV3Parser",
-    "deepseek_v31": "workers.parser.deepseek:DeepSeekV31Parser",
-    "kimi_k2": "workers.parser.kimi:KimiK2Parser",
-    "qwen3_coder": "workers.parser.xmlcalls:Qwen3CoderParser",
-    "minimax_m2": "workers.parser.xmlcalls:MiniMaxM2Parser",
-    "glm45": "workers.parser.glm:Glm45Parser",
-    "llama3_json": "workers.parser.llama3:Llama3JsonParser",
-    "mistral": "workers.parser.mistral:MistralParser",
-    "pythonic": "workers.parser.pythonic:PythonicParser",
-    "harmony": "workers.parser.harmony:HarmonyParser",
+    "hermes": "workers.parser.formats.hermes:HermesParser",
+    "deepseek_v3": "workers.parser.formats.deepseek:DeepSeekV3Parser",
+    "deepseek_v31": "workers.parser.formats.deepseek:DeepSeekV31Parser",
+    "kimi_k2": "workers.parser.formats.kimi:KimiK2Parser",
+    "qwen3_coder": "workers.parser.formats.xmlcalls:Qwen3CoderParser",
+    "minimax_m2": "workers.parser.formats.xmlcalls:MiniMaxM2Parser",
+    "glm45": "workers.parser.formats.glm:Glm45Parser",
+    "llama3_json": "workers.parser.formats.llama3:Llama3JsonParser",
+    "mistral": "workers.parser.formats.mistral:MistralParser",
+    "pythonic": "workers.parser.formats.pythonic:PythonicParser",
+    "harmony": "workers.parser.formats.harmony:HarmonyParser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

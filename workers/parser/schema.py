@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from workers.parser.pyliteral import literal_to_json
+from workers.parser.formats.pyliteral import literal_to_json
 from workers.parser.scan import json_error
 
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")

@@ -20,12 +20,12 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, decode_token, encode
 from schemas.events import (Event, ParseTurn, TokenChunk, TokenEnd, ToolCallInvalid, ToolCallReady, TurnEnded,
                             call_id_prefix)
-from workers import bus
-from workers.barrier import Arrival, Barrier, complete_turn
-from workers.config import Config
-from workers.config import default_worker_id
+from runtime import bus
+from runtime.barrier import Arrival, Barrier, complete_turn
+from runtime.config import Config
+from runtime.config import default_worker_id
 from workers.parser import make_parser
-from workers.session import Sessions, end_session, fail_session
+from runtime.session import Sessions, end_session, fail_session
 from workers.tools.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 from schemas.codec import encode
 from schemas.events import Event, ToolResult, call_id_prefix
-from workers.barrier import Arrival, Barrier, complete_turn
-from workers.session import Sessions
+from runtime.barrier import Arrival, Barrier, complete_turn
+from runtime.session import Sessions
 from workers.tools.durations import Durations
 from workers.tools.registry import NAME_RE, Registry
 

@@ -32,10 +32,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_tool_job, encode
 from schemas.events import Event, ToolJob, ToolResult, ToolStarted
-from workers import bus
-from workers.barrier import Arrival, Barrier, Start, complete_turn
-from workers.config import Config
-from workers.session import Sessions
+from runtime import bus
+from runtime.barrier import Arrival, Barrier, Start, complete_turn
+from runtime.config import Config
+from runtime.session import Sessions
 from workers.tools.durations import Durations
 from workers.tools.registry import ErrorKind, Registry, ToolOutcome, ToolSpec
 

@@ -48,8 +48,8 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from schemas import keys
-from workers.config import Config
-from workers.config import default_worker_id
+from runtime.config import Config
+from runtime.config import default_worker_id
 from workers.tools.dispatch import POLL_TOKEN, RUN_TOOL, announce, deserialize, push_poll_token, serialize
 from workers.tools.registry import Registry
 from workers.tools.runner import MAX_DELIVERIES, ToolRunner, job_timeout

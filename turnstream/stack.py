@@ -19,8 +19,8 @@ import httpx
 import redis
 
 from schemas import keys
-from workers.config import Config
-from workers.embedded import EmbeddedRedis, _die_with_parent, free_port
+from runtime.config import Config
+from turnstream.embedded import EmbeddedRedis, _die_with_parent, free_port
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
 
@@ -35,7 +35,7 @@ def child_env(cfg: Config) -> dict[str, str]:
 
 
 def spawn(args: list[str], cfg: Config) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=child_env(cfg),
+    return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=child_env(cfg),
                             preexec_fn=_die_with_parent)
 
 
@@ -111,7 +111,7 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
         procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"])]
         print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
         if demo:
-            from workers.chat import chat
+            from turnstream.chat import chat
 
             return asyncio.run(chat(url, DEMO_MESSAGE, max_turns=cfg.max_turns))
         _wait_for_signal()

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.decode.attention import AttnMeta, paged_attention
-from workers.decode.loader import ModelArgs, inv_freq, load_weights
+from workers.decode.native.attention import AttnMeta, paged_attention
+from workers.decode.native.loader import ModelArgs, inv_freq, load_weights
 
 
 class RMSNorm(nn.Module):

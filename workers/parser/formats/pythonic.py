@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from workers.parser.core import NAME_MAX, T_CALL
-from workers.parser.pyliteral import literal_to_json
+from workers.parser.formats.pyliteral import literal_to_json
 from workers.parser.scan import MAYBE, NO_MATCH, PATTERN_HOLD_MAX, PatternFn, skip_ws
 from workers.parser.schema import json_string
 from workers.parser.states import FormatParser

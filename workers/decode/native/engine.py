@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from workers.decode.config import EngineConfig
-from workers.decode.core import EngineCore
+from workers.decode.native.config import EngineConfig
+from workers.decode.native.core import EngineCore
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import EngineError
 
@@ -51,7 +51,7 @@ class NativeEngine:
 
     @classmethod
     def from_config(cls, cfg: Any) -> "NativeEngine":
-        """The engine for the process-wide ``workers.config.Config`` (``--engine native``)."""
+        """The engine for the process-wide ``runtime.config.Config`` (``--engine native``)."""
         return cls(EngineConfig.from_process_config(cfg))
 
     async def start(self) -> None:

@@ -15,18 +15,18 @@ from typing import Any
 
 import torch
 
-from workers.config import ConfigError
-from workers.decode.block_manager import BlockManager
-from workers.decode.config import EngineConfig
+from runtime.config import ConfigError
+from workers.decode.native.block_manager import BlockManager
+from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import DuplicateRequest, RequestTooLarge
-from workers.decode.loader import ModelArgs
-from workers.decode.model_runner import ModelRunner
-from workers.decode.models import load_model
-from workers.decode.pins import PinTable
+from workers.decode.native.loader import ModelArgs
+from workers.decode.native.model_runner import ModelRunner
+from workers.decode.native.models import load_model
+from workers.decode.native.pins import PinTable
 from workers.decode.prompts import SessionPrompts
-from workers.decode.scheduler import Scheduler
-from workers.decode.sequence import Sequence, SequenceStatus
+from workers.decode.native.scheduler import Scheduler
+from workers.decode.native.sequence import Sequence, SequenceStatus
 from workers.decode.tokenizer import ChatTokenizer, TextStream
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from workers.parser.sections import SectionParser
+from workers.parser.formats.sections import SectionParser
 
 _ID = re.compile(r"(?:functions\.)?([^\s:]+):(\d+)\Z")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from workers.parser.core import T_CALL, T_CLOSE
 from workers.parser.scan import Markers, skip_ws
 from workers.parser.states import FormatParser
-from workers.parser.xmlparams import ParamWriter
+from workers.parser.formats.xmlparams import ParamWriter
 
 T_INVOKE = "invoke"
 T_BLOCK_END = "block_end"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from workers.decode.attention import AttnMeta, PrefillChunk, chunk_mask, length_mask
-from workers.decode.models import CausalLM
-from workers.decode.sampling import sample
-from workers.decode.scheduler import ScheduledBatch
-from workers.decode.sequence import Sequence
+from workers.decode.native.attention import AttnMeta, PrefillChunk, chunk_mask, length_mask
+from workers.decode.native.models import CausalLM
+from workers.decode.native.sampling import sample
+from workers.decode.native.scheduler import ScheduledBatch
+from workers.decode.native.sequence import Sequence
 
 
 class ModelRunner:

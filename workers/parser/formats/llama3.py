@@ -10,7 +10,7 @@ other brace is prose, released as soon as that is decided.
 from __future__ import annotations
 
 from workers.parser.core import T_CALL
-from workers.parser.envelope import Envelope
+from workers.parser.formats.envelope import Envelope
 from workers.parser.scan import MAYBE, NO_MATCH, PATTERN_HOLD_MAX, PatternFn, skip_ws
 from workers.parser.states import FormatParser
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from workers.parser.scan import MAYBE_AT, NO_MATCH, match_literal, skip_ws
-from workers.parser.sections import SectionParser
+from workers.parser.formats.sections import SectionParser
 
 FENCE = "```"
 

@@ -14,7 +14,7 @@ import hashlib
 import re
 
 from workers.parser.core import NAME_MAX, T_CALL
-from workers.parser.envelope import Envelope
+from workers.parser.formats.envelope import Envelope
 from workers.parser.scan import Markers, skip_ws
 from workers.parser.states import FormatParser
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from workers.config import ConfigError
+from runtime.config import ConfigError
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -43,7 +43,7 @@ class EngineConfig:
 
     @classmethod
     def from_process_config(cls, cfg: Any, **overrides: Any) -> "EngineConfig":
-        """From the process-wide ``workers.config.Config``: model, device, pin durations, and the
+        """From the process-wide ``runtime.config.Config``: model, device, pin durations, and the
         JSON object ``cfg.native_args`` (if the process config has it) for any other field."""
         try:
             extra = json.loads(getattr(cfg, "native_args", "") or "{}")

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from workers.decode.errors import BlockIntegrityError, NoFreeBlocks
-from workers.decode.sequence import Sequence
+from workers.decode.native.sequence import Sequence
 
 
 def chain_hash(prev: int | None, token_ids: list[int]) -> int:

@@ -10,7 +10,7 @@ ready the moment ``</tool_call>`` arrives.  Markers inside JSON strings are argu
 from __future__ import annotations
 
 from workers.parser.core import T_CALL, T_CLOSE
-from workers.parser.envelope import Envelope
+from workers.parser.formats.envelope import Envelope
 from workers.parser.states import FormatParser
 
 OPEN = "<tool_call>"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.decode.errors import BlockIntegrityError
-from workers.decode.sequence import Sequence, SequenceStatus
+from workers.decode.native.sequence import Sequence, SequenceStatus
 
 _MAX_REQUESTS = 4096  # pending pin durations remembered for sessions still generating
 

@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Any
 
-from workers.config import Config, ConfigError, load_config
+from runtime.config import Config, ConfigError, load_config
 
 log = logging.getLogger("turnstream")
 
@@ -68,7 +68,7 @@ def build_engine(cfg: Config) -> Any:
         script = json.loads(open(cfg.replay_script).read()) if cfg.replay_script else None
         return ReplayEngine(cfg.model, rate=cfg.replay_rate, script=script)
     if cfg.engine == "native":
-        from workers.decode.native import NativeEngine
+        from workers.decode.native.engine import NativeEngine
 
         return NativeEngine.from_config(cfg)
     from workers.decode.vllm_engine import VllmEngine
@@ -84,7 +84,7 @@ async def _registry(cfg: Config) -> Any:
 
 
 async def _worker(kind: str, cfg: Config) -> None:
-    from workers import bus
+    from runtime import bus
 
     r = bus.connect(cfg.redis_url)
     try:
@@ -162,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         _gateway(cfg)
         return 0
     if args.cmd in ("up", "demo"):
-        from workers.stack import run_stack
+        from turnstream.stack import run_stack
 
         return run_stack(cfg, args.workers.split(","), demo=args.cmd == "demo", data_dir=args.data_dir)
     if args.cmd == "chat":
-        from workers.chat import chat
+        from turnstream.chat import chat
 
         return asyncio.run(chat(args.url, args.message, max_turns=args.max_turns, api_key=args.api_key))
     if args.cmd == "tools":

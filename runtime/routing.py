@@ -30,7 +30,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas import keys
-from workers.config import Config
+from runtime.config import Config
 
 
 def conversation_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:

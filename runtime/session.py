@@ -26,7 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas import keys
-from workers import bus
+from runtime import bus
 
 # claim turn T for ME: 1st claim, or take over from a holder we were told is dead.
 _CLAIM = """
@@ -105,7 +105,7 @@ class Sessions:
     """Typed access to session records; all methods are single round trips or one script."""
 
     def __init__(self, r: aioredis.Redis, batcher: Any = None) -> None:
-        """``batcher`` (a ``workers.bus.Batcher``), when given, carries the hot-path event publishes."""
+        """``batcher`` (a ``runtime.bus.Batcher``), when given, carries the hot-path event publishes."""
         self.r = r
         self.batcher = batcher
         self._claim = r.register_script(_CLAIM)
@@ -196,7 +196,7 @@ async def end_session(sessions: Sessions, sid: str, turn: int, reason: str, cont
     """
     from schemas.codec import encode
     from schemas.events import Event, SessionEnded
-    from workers import bus
+    from runtime import bus
 
     ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
                body=SessionEnded(reason=reason, content=content))
@@ -211,7 +211,7 @@ async def fail_session(sessions: Sessions, entry: Any, message: str, ttl_s: int 
     """A job of this session failed for good: tell the client and end the session (others go on)."""
     from schemas.codec import UndecodableEntry, decode_job, encode
     from schemas.events import ErrorEvent, Event
-    from workers import bus
+    from runtime import bus
 
     try:
         job = decode_job(entry.data)

@@ -5,7 +5,7 @@ each arrival -- a tool result or the parser's turn end -- and answers COMPLETED 
 one caller: the one whose arrival makes ``results == n_calls`` with the count known.  That
 caller sends ``ContinueTurn(sid, turn)``; if it dies before sending, the sweep finds the
 barrier ``done`` but not ``sent`` and sends it.  Decoders drop duplicate continuations
-(the turn claim in ``workers.session``), so a double send is harmless.
+(the turn claim in ``runtime.session``), so a double send is harmless.
 
 Barrier hash ``ts:s:{sid}:t:{turn}:bar``::
 
@@ -31,8 +31,8 @@ import redis.asyncio as aioredis
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import ContinueTurn
-from workers import bus
-from workers.session import Sessions
+from runtime import bus
+from runtime.session import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ async def complete_turn(barrier: Barrier, sessions: Sessions, sid: str, turn: in
     if info is None or info.status != "active":
         return
     if turn + 1 >= info.max_turns:
-        from workers.session import end_session
+        from runtime.session import end_session
 
         await end_session(sessions, sid, turn, "max_turns", ttl_s=barrier.ttl_s)
         await barrier.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))

@@ -25,10 +25,10 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 
-from workers.decode.block_manager import BlockManager, PrefixPlan
-from workers.decode.config import EngineConfig
-from workers.decode.pins import PinTable
-from workers.decode.sequence import Sequence, SequenceStatus
+from workers.decode.native.block_manager import BlockManager, PrefixPlan
+from workers.decode.native.config import EngineConfig
+from workers.decode.native.pins import PinTable
+from workers.decode.native.sequence import Sequence, SequenceStatus
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from workers.parser.core import T_CALL, T_CLOSE
 from workers.parser.scan import Markers, skip_ws
 from workers.parser.states import FormatParser
-from workers.parser.xmlparams import ParamWriter
+from workers.parser.formats.xmlparams import ParamWriter
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"

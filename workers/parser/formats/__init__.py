@@ -1,0 +1,1 @@
+"""One module per tool-call format family, each a state machine on ``workers.parser.core``."""
