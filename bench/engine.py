@@ -30,7 +30,7 @@ from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateRequest, SamplingParams
 from workers.decode.native.engine import NativeEngine
 from workers.decode.synthetic import build_checkpoint
-from workers.decode.tokenizer import ChatTokenizer
+from runtime.chat_template import ChatTokenizer
 
 MODEL = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384,
              max_position_embeddings=16384)

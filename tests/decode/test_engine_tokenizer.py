@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine_harness import TOOLS, checkpoint
 from workers.decode.prompts import SessionPrompts
-from workers.decode.tokenizer import ChatTokenizer
+from runtime.chat_template import ChatTokenizer
 
 CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 CONVERSATIONS = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from runtime import chat_template
+
 
 class EngineError(Exception):
     """Base class of native-engine errors."""
@@ -11,7 +13,7 @@ class RequestTooLarge(EngineError):
     """A request can never fit: its prompt exceeds the model length or the whole KV pool."""
 
 
-class PromptError(EngineError):
+class PromptError(EngineError, chat_template.PromptError):
     """The chat template could not render the conversation (it raised, or the model has none)."""
 
 
@@ -27,5 +29,5 @@ class BlockIntegrityError(EngineError):
     """The block manager's bookkeeping violates one of its invariants."""
 
 
-class ModelLoadError(EngineError):
+class ModelLoadError(EngineError, chat_template.ModelFilesError):
     """A checkpoint directory is missing a file, has an unsupported architecture or bad weights."""

@@ -19,7 +19,7 @@ from runtime.config import ConfigError
 from workers.decode.native.block_manager import BlockManager
 from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateDelta, GenerateRequest
-from workers.decode.errors import DuplicateRequest, RequestTooLarge
+from workers.decode.errors import DuplicateRequest, PromptError, RequestTooLarge
 from workers.decode.native.loader import ModelArgs
 from workers.decode.native.model_runner import ModelRunner
 from workers.decode.native.models import load_model
@@ -27,7 +27,8 @@ from workers.decode.native.pins import PinTable
 from workers.decode.prompts import SessionPrompts
 from workers.decode.native.scheduler import Scheduler
 from workers.decode.native.sequence import Sequence, SequenceStatus
-from workers.decode.tokenizer import ChatTokenizer, TextStream
+from runtime import chat_template
+from runtime.chat_template import ChatTokenizer, TextStream
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,10 @@ class EngineCore:
         """
         if req.rid in self.requests:
             raise DuplicateRequest(f"request {req.rid} is already running")
-        text = self.tokenizer.render(req.messages, req.tools, add_generation_prompt=True) + req.params.prefill
+        try:
+            text = self.tokenizer.render(req.messages, req.tools, add_generation_prompt=True) + req.params.prefill
+        except chat_template.PromptError as exc:
+            raise PromptError(str(exc)) from exc
         ids, _ = self.prompts.build(req.session, text)
         if len(ids) >= self.max_total_tokens:
             raise RequestTooLarge(f"prompt of {len(ids)} tokens; this engine fits at most "

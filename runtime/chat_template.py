@@ -24,9 +24,16 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from workers.decode.errors import ModelLoadError, PromptError
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+class ModelFilesError(ValueError):
+    """A model directory lacks its tokenizer files or they cannot be read."""
+
+
+class PromptError(ValueError):
+    """The chat template could not render the conversation (it raised, or the model has none)."""
 
 
 class ChatTokenizer:
@@ -38,7 +45,7 @@ class ChatTokenizer:
     def from_dir(cls, path: str | Path) -> "ChatTokenizer":
         path = Path(path)
         if not (path / "tokenizer.json").exists():
-            raise ModelLoadError(f"{path} has no tokenizer.json")
+            raise ModelFilesError(f"{path} has no tokenizer.json")
         cfg = _read_json(path / "tokenizer_config.json")
         specials = {k: _token_text(cfg[k]) for k in _SPECIAL_KEYS if cfg.get(k)}
         return cls(Tokenizer.from_file(str(path / "tokenizer.json")), _templates(path, cfg), specials)
