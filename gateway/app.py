@@ -29,7 +29,7 @@ from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
 from runtime import bus
 from runtime.config import Config
-from workers.tools.config import open_registry
+from runtime.tool_catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -45,7 +45,7 @@ def create_app(cfg: Config) -> FastAPI:
         s.cfg, s.keyring, s.started = cfg, keyring, int(time.time())
         s.redis = bus.connect(cfg.redis_url)
         s.metrics = Metrics()
-        s.registry = await open_registry(cfg.tools_config or None)  # the server tools sessions may use
+        s.catalog = ToolCatalog(s.redis)  # the server tools sessions may use, as the tool workers publish them
         s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
         s.ops = SessionOps(cfg, s.redis, s.metrics)
         reader = bus.connect(cfg.redis_url)
@@ -56,7 +56,6 @@ def create_app(cfg: Config) -> FastAPI:
             yield
         finally:
             await s.relay.stop()
-            await s.registry.aclose()
             await reader.aclose()
             await s.redis.aclose()
 
@@ -116,7 +115,7 @@ def _add_open_routes(app: FastAPI) -> None:
     async def metrics(request: Request) -> Response:
         """Prometheus metrics (see ``gateway.metrics``)."""
         s = request.app.state
-        await s.metrics.refresh(s.redis, s.registry.pools(), s.relay)
+        await s.metrics.refresh(s.redis, await s.catalog.pools(), s.relay)
         return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/", include_in_schema=False)

@@ -83,6 +83,11 @@ class Config:
     def arq_url(self) -> str:
         return self.queue_url or self.redis_url
 
+    @property
+    def lease_s(self) -> float:
+        """How often a consumer renews its in-flight entries' leases (well inside ``reclaim_idle_ms``)."""
+        return max(0.2, self.reclaim_idle_ms / 2000)
+
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 

@@ -18,8 +18,10 @@ one session's keys share a slot and no script ever touches two slots.
     ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
     ts:tools:q:{pool}           arq queue (sorted set) of one tool pool, on the queue server
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
-    ts:tools:pools              hash: tool name -> pool, announced by tool workers (MCP tools too)
+    ts:tools:specs              hash: tool name -> JSON spec (description, schema, pool, idempotency),
+                                published by the tool workers (MCP tools too); parsers and gateways read it
     ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep)
+    ts:sweep:lock               string + TTL: the decoder running the barrier sweep now
     ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
     ts:rl:{key_id}              hash: one API key's rate-limit token bucket
     ts:dead                     stream: undecodable or poison entries
@@ -37,7 +39,8 @@ PARSE_GROUP = "parse"
 DEAD = f"{PREFIX}:dead"
 TOOL_DURATIONS = f"{PREFIX}:tools:dur"
 ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
-TOOL_POOLS = f"{PREFIX}:tools:pools"
+TOOL_SPECS = f"{PREFIX}:tools:specs"
+SWEEP_LOCK = f"{PREFIX}:sweep:lock"
 DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
 DECODER_KEYS_PATTERN = f"{PREFIX}:decode:*"  # job streams, private streams, heartbeats
 

@@ -93,15 +93,15 @@ async def _worker(kind: str, cfg: Config) -> None:
 
             await _until_signalled(DecodeWorker(cfg, build_engine(cfg), r).run)
         elif kind == "parser":
+            from runtime.tool_catalog import ToolCatalog
+            from runtime.tool_queue import Dispatcher, arq_pool
             from workers.parser.worker import ParserWorker
-            from workers.tools.dispatch import Dispatcher, arq_pool
 
-            arq, registry = await arq_pool(cfg.arq_url), await _registry(cfg)
+            arq = await arq_pool(cfg.arq_url)
             try:
-                await _until_signalled(ParserWorker(cfg, r, Dispatcher(arq, registry)).run)
+                await _until_signalled(ParserWorker(cfg, r, Dispatcher(arq, ToolCatalog(r))).run)
             finally:
                 await arq.aclose()
-                await registry.aclose()
         else:
             from workers.tools.worker import run_tools_worker
 

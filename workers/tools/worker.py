@@ -48,9 +48,9 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from schemas import keys
-from runtime.config import Config
-from runtime.config import default_worker_id
-from workers.tools.dispatch import POLL_TOKEN, RUN_TOOL, announce, deserialize, push_poll_token, serialize
+from runtime.config import Config, default_worker_id
+from runtime import tool_catalog
+from runtime.tool_queue import POLL_TOKEN, RUN_TOOL, deserialize, push_poll_token, serialize
 from workers.tools.registry import Registry
 from workers.tools.runner import MAX_DELIVERIES, ToolRunner, job_timeout
 
@@ -201,13 +201,20 @@ class WakingWorker(Worker):
             self._pool = None
 
 
+def catalog_entries(registry: Registry) -> list[tool_catalog.ToolInfo]:
+    """What this worker's started registry publishes (``runtime.tool_catalog``)."""
+    return [tool_catalog.ToolInfo(name=s.name, description=s.description, parameters=s.parameters, pool=s.pool,
+                                  idempotent=s.idempotent, source=s.source, server=s.server)
+            for s in map(registry.get, registry.names()) if s is not None]
+
+
 def build_worker(cfg: Config, r: aioredis.Redis, registry: Registry, *, poll_delay_s: float = POLL_DELAY_S,
                  lease_s: float = LEASE_S, me: str = "") -> WakingWorker:
     """A worker for ``cfg.pool``: results and sessions on ``r``, the queue on ``cfg.arq_url``."""
     runner = ToolRunner(cfg, r, registry, me or cfg.worker_id or default_worker_id("tools"))
 
-    async def on_startup(ctx: dict[str, Any]) -> None:
-        await announce(ctx["redis"], registry)
+    async def on_startup(ctx: dict[str, Any]) -> None:  # the registry is started: MCP tools are listed
+        await tool_catalog.publish(r, catalog_entries(registry))
 
     return WakingWorker(
         functions=[func(runner.run_tool, name=RUN_TOOL, timeout=job_timeout(registry),
