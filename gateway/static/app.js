@@ -93,7 +93,7 @@ function keyProblem(e) {
   $("key").placeholder = "required by this server";
   $("tools").textContent = "the tools load once the key is accepted";
   if (key()) keyRejected(e);
-  else keyHint("This server requires an API key.", "warn");
+  else { keyHint("This server requires an API key.", "warn"); openSettings(true); }
   if (page.resumeSid) resumeFailed(page.resumeSid, e);
 }
 
@@ -280,7 +280,7 @@ async function start() {
   bind();
   setState("idle");
   const sid = ROUTES[route].resumable && params.get("session");
-  if (sid) page.resumeSid = sid; // resumed as soon as the key is known to be good
+  if (sid) { page.resumeSid = sid; $("message").value = ""; } // resumed once the key is known to be good
   await checkKey();
 }
 

@@ -187,7 +187,7 @@ export class Transcript {
   }
 
   reset() {
-    this.turns = new Map(); this.exchanges = []; this.firstTokenFrom = 0; this.sid = null;
+    this.turns = new Map(); this.exchanges = []; this.firstTokenFrom = 0; this.sid = null; this.lastTs = 0;
     this.log.replaceChildren();
     this.renderTotals();
   }
@@ -248,6 +248,7 @@ export class Transcript {
     if (!handler) return;
     const t = ev.body.type === "session.ended" || ev.body.type === "error" ? null : this.turn(ev);
     if (t && t.frozen && !lateButReal(t, ev.body)) return;
+    this.lastTs = ev.ts;
     handler.call(this, ev.body, ev, t);
     this.renderTotals();
     this.follow();
@@ -290,7 +291,7 @@ export class Transcript {
     for (const t of this.turns.values()) {
       for (const k of ["calls", "prompt", "cached", "completion"]) sum[k] += t.tally[k];
     }
-    for (const x of this.exchanges) if (x.end !== null) sum.ms += Math.round((x.end - x.start) * 1000);
+    for (const x of this.exchanges) sum.ms += Math.round(((x.end ?? this.lastTs) - x.start) * 1000);
     return sum;
   }
   renderTotals() {

@@ -239,3 +239,70 @@ async def test_a_link_without_the_key_asks_for_it(gw: GwStack) -> None:
         v = await wait_state(page, "done")
         assert steady(v) == steady(await view(owner)) and v["banner"] is None
         assert page.errors and all("status of 401" in e for e in page.errors), page.errors
+
+
+# --------------------------------------------------------------------------- the chat completions route
+async def test_the_same_turn_through_chat_completions(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await open_playground(browser, gw)
+        await page.wait_for(TOOLS_LOADED)
+        await page.click("input[name=route][value=chat]")
+        await set_replay(page, ["Let me check.\n" + calls(WEATHER), "So it is {{ results[0] }} in Paris."])
+        await page.click("#send")
+        v = await wait_state(page, "done")
+        assert v["search"] == "?api=chat" and [e["reason"] for e in v["ended"]] == ["tool_calls"]
+        [call] = v["calls"]
+        assert (call["name"], call["state"], call["pill"]) == ("get_weather", "returned", "returned to you")
+        assert json.loads(call["args"]) == WEATHER["arguments"] and v["turns"][0]["content"] == "Let me check.\n"
+        assert v["turns"][0]["foot"].startswith("called 1 tool · ")
+
+        await page.type(".client-result", "sunny, 24 C")
+        await page.click("#send")  # no new message: the result alone goes back, as role "tool"
+        await page.wait_for("document.querySelectorAll('.ended').length === 2")
+        v = await wait_state(page, "done")
+        assert v["turns"][1]["content"] == "So it is sunny, 24 C in Paris." and v["turns"][1]["final"]
+        assert v["notes"][-1] == "tool results sent back" and len(v["user"]) == 1
+        assert shown_totals(v)["turns"] == 2 and int(v["totals"]["completion"]) > 0
+        assert page.errors == []
+
+
+# --------------------------------------------------------------------------- a phone
+PHONE = dict(width=390, height=844, mobile=True)
+FITS = "document.documentElement.scrollWidth <= innerWidth && innerWidth === 390"
+COMPOSER = ("#message", "#send", "#cancel", "#new", "#settings-toggle")
+SETTINGS = ("input[name=route][value=session]", "input[name=route][value=chat]", "#key", "#max-turns",
+            "#max-tokens", "#tools input[value=get_weather]", "#settings summary", "#replay")
+
+
+async def test_on_a_phone_every_control_is_reachable(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await open_playground(browser, gw, key=None, **PHONE)
+        await page.wait_for("document.body.classList.contains('settings-open')")  # a key is needed: settings open
+        assert await page.eval(FITS), "no sideways scrolling"
+        await page.type("#key", "not-the-key")
+        await page.wait_for("document.getElementById('key').getAttribute('aria-invalid') === 'true'")
+        await page.click("#send")
+        assert (await wait_state(page, "error"))["status"] == "key rejected"
+        assert await page.eval(FITS), "the longest states fit in the header"
+        for selector in COMPOSER:
+            await page.reachable(selector)
+        assert all("status of 401" in e for e in page.errors), page.errors
+        page.errors.clear()
+
+        await page.type("#key", KEY)
+        await page.wait_for(TOOLS_LOADED)
+        await page.click("#settings summary")
+        for selector in SETTINGS:
+            await page.reachable(selector)
+        await set_replay(page, TWO_CALLS)
+        await page.click("#settings-toggle")
+        assert await page.eval("getComputedStyle(document.getElementById('settings')).display") == "none"
+        await page.click("#send")
+        await wait_state(page, "running")
+        await page.reachable("#cancel")
+        v = await wait_state(page, "done")
+        assert [c["state"] for c in v["calls"]] == ["done", "done"] and v["turns"][-1]["final"]
+        assert await page.eval(FITS), "long arguments and results wrap"
+        for selector in COMPOSER:
+            await page.reachable(selector)
+        assert page.errors == []
