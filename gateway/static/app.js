@@ -264,15 +264,24 @@ function bind() {
   $("key").addEventListener("input", () => $("key").removeAttribute("aria-invalid"));
   $("settings-toggle").addEventListener("click",
     () => openSettings(!document.body.classList.contains("settings-open")));
-  for (const r of document.querySelectorAll("input[name=route]")) {
-    r.addEventListener("change", () => { if (r.checked) switchRoute(r.value); });
-  }
+}
+
+/** The API switch, one radio per route. */
+function routeSwitch(current) {
+  $("routes").replaceChildren(...Object.entries(ROUTES).map(([name, route]) => {
+    const label = el("label");
+    const radio = el("input");
+    Object.assign(radio, { type: "radio", name: "route", value: name, checked: name === current });
+    radio.addEventListener("change", () => { if (radio.checked) switchRoute(name); });
+    label.append(radio, " " + route.label);
+    return label;
+  }));
 }
 
 async function start() {
   const params = new URLSearchParams(location.search);
   const route = ROUTES[params.get("api")] ? params.get("api") : "session";
-  document.querySelector(`input[name=route][value=${route}]`).checked = true;
+  routeSwitch(route);
   page.route = route;
   $("route-about").textContent = ROUTES[route].about;
   $("key").value = localStorage.getItem(KEY_STORE) || "";

@@ -1,6 +1,8 @@
 // One client per API route.  Each speaks its route's wire format and hands the page session
 // events ({turn, ts, body: {type, ...}}, the session API's own shape), so view.js draws every
-// route alike and a new route is a translator plus a send().
+// route alike.  A new streamed route (e.g. POST /v1/responses) is a translator (feed(json,
+// eventName) and finish() -> events, see ChatTranslator), a StreamClient subclass (prepare,
+// keep), and an entry in ROUTES; the page builds its switch from ROUTES.
 //
 // Client interface: send(text, settings, key) · cancel(key) · close(), and for routes whose
 // sessions live on the server, resume(sid, key).  Hooks the page gives a client:
@@ -168,9 +170,10 @@ export class ChatTranslator {
   }
 }
 
-/** ``POST /v1/chat/completions``, streamed; the conversation is kept here and re-sent each time.
- *  The model's calls are returned, never run: their results go back as ``role: "tool"`` messages. */
-export class ChatClient {
+/** A route answering each request with one SSE stream.  A subclass says what to send
+ *  (``prepare`` -> {path, body, translator}) and what the answer leaves behind (``keep``); its
+ *  translator's ``feed(json, eventName)`` and ``finish()`` return session events. */
+class StreamClient {
   constructor(hooks) {
     this.hooks = hooks;
     Object.assign(this, { history: [], turn: 0, abort: null, model: null, pending: [] });
@@ -181,16 +184,10 @@ export class ChatClient {
 
   async send(text, s, key, results = []) {
     this.model = this.model || (await request("/v1/models", key)).data[0].id;
-    const asked = [...this.history, ...results.map((r) => ({ role: "tool", tool_call_id: r.id, content: r.content }))];
-    if (text) asked.push({ role: "user", content: text });
-    const body = { model: this.model, messages: asked, stream: true, stream_options: { include_usage: true },
-                   max_tokens: s.maxTokens };
-    if (s.toolDefs.length) body.tools = s.toolDefs;
-    if (s.replay) body.replay = s.replay;
-    const t = new ChatTranslator(this.turn);
+    const { path, body, translator: t } = this.prepare(text, s, results);
     this.abort = new AbortController();
     try {
-      await this.stream(body, key, t);
+      await this.stream(path, body, key, t);
     } catch (e) {
       if (!t.begun) throw e; // refused (or cancelled) before anything streamed: the page says why
       const cancelled = e.name === "AbortError";
@@ -198,18 +195,18 @@ export class ChatClient {
                     t.ev("session.ended", { reason: cancelled ? "cancelled" : "error" })]);
       return;
     } finally { this.abort = null; }
-    this.history = [...asked, t.message()];
+    this.keep(body, t);
     this.pending = [...t.calls.entries()].map(([index, c]) => ({ turn: this.turn, index, id: c.id }));
     this.turn += 1;
   }
 
-  async stream(body, key, t) {
-    for await (const { data } of streamEvents("/v1/chat/completions", key, body, this.abort.signal)) {
+  async stream(path, body, key, t) {
+    for await (const { event, data } of streamEvents(path, key, body, this.abort.signal)) {
       if (data === "[DONE]") break;
-      const chunk = JSON.parse(data);
-      if (chunk.error) throw new ApiError(500, chunk.error.message, chunk.error.code);
+      const obj = JSON.parse(data);
+      if (obj.error) throw new ApiError(500, obj.error.message, obj.error.code);
       if (!t.begun) this.hooks.opened();
-      this.emitAll(t.feed(chunk));
+      this.emitAll(t.feed(obj, event));
     }
     this.emitAll(t.finish());
   }
@@ -225,11 +222,27 @@ export class ChatClient {
   close() { if (this.abort) this.abort.abort(); }
 }
 
+/** ``POST /v1/chat/completions``, streamed; the conversation is kept here and re-sent each time.
+ *  The model's calls are returned, never run: their results go back as ``role: "tool"`` messages. */
+export class ChatClient extends StreamClient {
+  prepare(text, s, results) {
+    const messages = [...this.history, ...results.map((r) => ({ role: "tool", tool_call_id: r.id, content: r.content }))];
+    if (text) messages.push({ role: "user", content: text });
+    const body = { model: this.model, messages, stream: true, stream_options: { include_usage: true },
+                   max_tokens: s.maxTokens };
+    if (s.toolDefs.length) body.tools = s.toolDefs;
+    if (s.replay) body.replay = s.replay;
+    return { path: "/v1/chat/completions", body, translator: new ChatTranslator(this.turn) };
+  }
+
+  keep(body, t) { this.history = [...body.messages, t.message()]; }
+}
+
 /** The routes the page can switch between; a new route adds an entry and a client. */
 export const ROUTES = {
-  session: { client: SessionClient, resumable: true,
+  session: { label: "Session API", client: SessionClient, resumable: true,
              about: "Session API: the server runs the agent loop and its tools; every event is logged and replayable." },
-  chat: { client: ChatClient, resumable: false,
+  chat: { label: "Chat Completions", client: ChatClient, resumable: false,
           about: "OpenAI chat completions: one turn per request; the model's tool calls come back to you, " +
                  "never run. The conversation lives in this page only." },
 };

@@ -188,6 +188,7 @@ export class Transcript {
 
   reset() {
     this.turns = new Map(); this.exchanges = []; this.firstTokenFrom = 0; this.sid = null; this.lastTs = 0;
+    this.lastError = "";
     this.log.replaceChildren();
     this.renderTotals();
   }
@@ -281,7 +282,8 @@ export class Transcript {
     if (last && last.end === null) last.end = ev.ts;
     if (b.reason === "stop" && this.turns.has(ev.turn)) this.turns.get(ev.turn).markFinal();
     const [state, sentence] = sessionEnd(b.reason);
-    const banner = this.append(el("div", "ended", sentence));
+    const why = b.reason === "error" && this.lastError ? "Failed: " + this.lastError : sentence;
+    const banner = this.append(el("div", "ended", why));
     banner.dataset.reason = b.reason; banner.dataset.state = state;
     return state;
   }
@@ -347,6 +349,6 @@ const HANDLERS = {
   "tool.result"(b, ev, t) { t.call(b.index)?.result(b); },
   "turn.ended"(b, ev, t) { t.end(b, ev.ts); },
   "turn.restarted"(b, ev, t) { t.restart(b.reason); },
-  "error"(b) { this.note("error: " + b.message, "error"); },
+  "error"(b) { this.lastError = b.message; this.note("error: " + b.message, "error"); },
   "session.ended"(b, ev) { this.ended(b, ev); },
 };

@@ -306,3 +306,31 @@ async def test_on_a_phone_every_control_is_reachable(gw: GwStack) -> None:
         for selector in COMPOSER:
             await page.reachable(selector)
         assert page.errors == []
+
+
+# --------------------------------------------------------------------------- the turn limit, a failure
+async def test_the_turn_limit_is_shown_as_a_stop_not_an_answer(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await open_playground(browser, gw)
+        await page.wait_for(TOOLS_LOADED)
+        await page.type("#max-turns", "1")
+        await set_replay(page, TWO_CALLS)
+        await page.click("#send")
+        v = await wait_state(page, "stopped", "done", timeout_s=60)
+        assert v["status"] == "stopped: turn limit" and [e["reason"] for e in v["ended"]] == ["max_turns"]
+        assert v["ended"][0]["text"].startswith("Stopped: the session reached its turn limit")
+        assert await page.eval(SAME_COLOUR) and not any(t["final"] for t in v["turns"])
+        assert page.errors == []
+
+
+async def test_a_failed_session_says_so(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await start_run(browser, gw, ["Checking.\n" + calls(WEATHER), "{{ results[7] }}"])  # turn 1 cannot render
+        v = await wait_state(page, "failed", "done", "stopped", timeout_s=60)
+        assert v["status"] == "failed" and [e["state"] for e in v["ended"]] == ["failed"]
+        assert v["ended"][0]["text"] == "Failed: decode failed: ReplayEngineError: replay script turn 1: list object " \
+                                        "has no element 7"
+        assert await page.eval(SAME_COLOUR)
+        assert [(c["name"], c["state"]) for c in v["calls"]] == [("get_weather", "done")], "what ran stays shown"
+        assert v["turns"][0]["foot"].startswith("called 1 tool") and v["send"] is False
+        assert page.errors == []
