@@ -15,27 +15,28 @@ const KEY_STORE = "turnstream-key";
 const BUSY = new Set(["starting", "running", "loading"]);
 const NO_RESULT = "(no result: the user did not run this tool)";
 
-const page = { route: "session", client: null, tools: [], keyOk: false, bubble: null, sent: "", resumeSid: null,
+const page = { route: "session", client: null, tools: [], bubble: null, sent: "", resumeSid: null,
                view: new Transcript($("log"), $("totals")) };
 
 // ------------------------------------------------------------------ page state
 function setState(state, label) {
   document.body.dataset.state = state;
   $("status").textContent = label || state;
-  const busy = BUSY.has(state);
-  $("send").disabled = busy;
+  const working = BUSY.has(state);
+  $("send").disabled = working;
   $("cancel").disabled = !(state === "starting" || state === "running");
-  for (const r of document.querySelectorAll("input[name=route]")) r.disabled = busy;
+  for (const r of document.querySelectorAll("input[name=route]")) r.disabled = working;
   lockSettings();
 }
 const busy = () => BUSY.has(document.body.dataset.state);
 
-/** What a follow-up cannot change is shown locked while a session exists. */
+/** What a follow-up cannot change is shown locked while a session exists; what a route
+ *  ignores is shown disabled. */
 function lockSettings() {
-  const chat = page.route === "chat";
-  const fixed = !chat && Boolean(page.client && page.client.sid);
+  const route = ROUTES[page.route];
+  const fixed = route.locksSettings && Boolean(page.client && page.client.sid);
   $("fixed").disabled = fixed; $("fixed-note").hidden = !fixed;
-  $("max-turns").disabled = chat; $("turns-note").hidden = !chat;
+  $("max-turns").disabled = !route.maxTurns; $("turns-note").hidden = route.maxTurns;
 }
 
 function banner(text) { $("banner").textContent = text || ""; $("banner").hidden = !text; }
@@ -71,7 +72,6 @@ async function checkKey() {
 }
 
 function keyAccepted() {
-  page.keyOk = true;
   $("key").removeAttribute("aria-invalid");
   if (key()) {
     localStorage.setItem(KEY_STORE, key());
@@ -84,7 +84,6 @@ function keyAccepted() {
 }
 
 function keyProblem(e) {
-  page.keyOk = false;
   if (!e.badKey) {
     $("tools").textContent = "could not load the tools: " + e.message;
     if (page.resumeSid) resumeFailed(page.resumeSid, e);
@@ -146,10 +145,11 @@ async function send(ev) {
   page.sent = text;
   $("message").value = "";
   setState("starting", "starting…");
+  const client = page.client;
   try {
-    await page.client.send(text, s, key(), results);
+    await client.send(text, s, key(), results);
   } catch (e) {
-    sendFailed(e);
+    if (client === page.client) sendFailed(e); // else the page moved on (New session, another route)
   }
 }
 
@@ -159,7 +159,7 @@ function sendFailed(e) {
     setState("cancelled", "cancelled");
     return;
   }
-  if (text(page.bubble)) page.view.failed(page.bubble, e.message);
+  if (isUserBubble(page.bubble)) page.view.failed(page.bubble, e.message);
   if (!$("message").value) $("message").value = page.sent;
   if (e.badKey) {
     keyRejected(e);
@@ -171,7 +171,7 @@ function sendFailed(e) {
   setState("error", "not sent");
   banner("Not sent: " + e.message);
 }
-const text = (bubble) => bubble && bubble.classList.contains("user");
+const isUserBubble = (node) => node && node.classList.contains("user");
 
 async function cancel() {
   if (!busy()) return;

@@ -1,8 +1,8 @@
 // One client per API route.  Each speaks its route's wire format and hands the page session
 // events ({turn, ts, body: {type, ...}}, the session API's own shape), so view.js draws every
-// route alike.  A new streamed route (e.g. POST /v1/responses) is a translator (feed(json,
-// eventName) and finish() -> events, see ChatTranslator), a StreamClient subclass (prepare,
-// keep), and an entry in ROUTES; the page builds its switch from ROUTES.
+// route alike.  A new streamed route (e.g. POST /v1/responses) is a translator (start(),
+// feed(json, eventName), finish() -> events; see ChatTranslator), a StreamClient subclass
+// (prepare, keep), and an entry in ROUTES; the page builds its switch from ROUTES.
 //
 // Client interface: send(text, settings, key) · cancel(key) · close(), and for routes whose
 // sessions live on the server, resume(sid, key).  Hooks the page gives a client:
@@ -12,6 +12,8 @@
 import { ApiError, newer, openSocket, request, streamEvents } from "./api.js";
 
 const RETRIES = 5;
+/** The hooks of a client the page has let go of: whatever it still hears goes nowhere. */
+const DETACHED = { event() {}, ended() {}, opened() {}, session() {}, history() {}, lost() {} };
 
 // ------------------------------------------------------------------ the session API
 /** ``POST /v1/sessions`` (+ ``/messages`` for a follow-up), events over the session's WebSocket. */
@@ -30,7 +32,7 @@ export class SessionClient {
     this.sid = r.id;
     this.hooks.session(r.id);
     if (this.cancelWanted) await this.cancel(key); // Cancel was pressed before the id was known
-    this.follow("0-0", 0, key);
+    if (this.hooks !== DETACHED) this.follow("0-0", 0, key);
   }
 
   async followUp(text, s, key) {
@@ -82,11 +84,14 @@ export class SessionClient {
     this.hooks.history(frames, info, this.done);
   }
 
+  /** An unexpected close resumes after the last event received (a rebuild keeps collecting). */
   onClose(ws, c) {
-    if (ws !== this.ws) return;
-    if (this.replay) this.flushReplay();
-    if (this.done) return;
-    if (this.retries++ >= RETRIES) { this.hooks.lost(`the event stream closed (${c.code}) and did not come back`); return; }
+    if (ws !== this.ws || this.done) return;
+    if (this.retries++ >= RETRIES) {
+      if (this.replay) this.flushReplay();
+      this.hooks.lost(`the event stream closed (${c.code}) and did not come back`);
+      return;
+    }
     setTimeout(() => { if (ws === this.ws) this.follow(this.lastId, this.endTurn, this.key); }, 300 * this.retries);
   }
 
@@ -99,7 +104,7 @@ export class SessionClient {
 
   close() {
     const ws = this.ws;
-    this.ws = null; this.done = true;
+    Object.assign(this, { ws: null, done: true, hooks: DETACHED });
     if (ws) ws.close();
   }
 }
@@ -113,9 +118,14 @@ export class ChatTranslator {
 
   ev(type, fields) { return { turn: this.turn, ts: Date.now() / 1000, body: { type, ...fields } }; }
 
+  /** The server accepted the request: the turn starts (its prompt size comes with the usage). */
+  start() {
+    this.begun = true;
+    return [this.ev("turn.started", { prompt_tokens: 0, cached_tokens: 0, worker: "chat completion" })];
+  }
+
   feed(chunk) {
     const out = [];
-    if (!this.begun) { this.begun = true; out.push(this.ev("turn.started", { prompt_tokens: 0, cached_tokens: 0, worker: "chat completion" })); }
     for (const choice of chunk.choices || []) {
       out.push(...this.delta(choice.delta || {}));
       if (choice.finish_reason) this.finishReason = choice.finish_reason;
@@ -172,7 +182,7 @@ export class ChatTranslator {
 
 /** A route answering each request with one SSE stream.  A subclass says what to send
  *  (``prepare`` -> {path, body, translator}) and what the answer leaves behind (``keep``); its
- *  translator's ``feed(json, eventName)`` and ``finish()`` return session events. */
+ *  translator's ``start()``, ``feed(json, eventName)`` and ``finish()`` return session events. */
 class StreamClient {
   constructor(hooks) {
     this.hooks = hooks;
@@ -202,10 +212,10 @@ class StreamClient {
 
   async stream(path, body, key, t) {
     for await (const { event, data } of streamEvents(path, key, body, this.abort.signal)) {
+      if (!t.begun) { this.hooks.opened(); this.emitAll(t.start()); }
       if (data === "[DONE]") break;
       const obj = JSON.parse(data);
       if (obj.error) throw new ApiError(500, obj.error.message, obj.error.code);
-      if (!t.begun) this.hooks.opened();
       this.emitAll(t.feed(obj, event));
     }
     this.emitAll(t.finish());
@@ -219,7 +229,10 @@ class StreamClient {
   }
 
   async cancel() { if (this.abort) this.abort.abort(); }
-  close() { if (this.abort) this.abort.abort(); }
+  close() {
+    this.hooks = DETACHED;
+    if (this.abort) this.abort.abort();
+  }
 }
 
 /** ``POST /v1/chat/completions``, streamed; the conversation is kept here and re-sent each time.
@@ -238,11 +251,13 @@ export class ChatClient extends StreamClient {
   keep(body, t) { this.history = [...body.messages, t.message()]; }
 }
 
-/** The routes the page can switch between; a new route adds an entry and a client. */
+/** The routes the page can switch between.  ``resumable``: its sessions live on the server and
+ *  ``?session=ID`` rebuilds one; ``locksSettings``: a follow-up keeps the first request's tools
+ *  and max tokens; ``maxTurns``: it honours max turns. */
 export const ROUTES = {
-  session: { label: "Session API", client: SessionClient, resumable: true,
+  session: { label: "Session API", client: SessionClient, resumable: true, locksSettings: true, maxTurns: true,
              about: "Session API: the server runs the agent loop and its tools; every event is logged and replayable." },
-  chat: { label: "Chat Completions", client: ChatClient, resumable: false,
+  chat: { label: "Chat Completions", client: ChatClient, resumable: false, locksSettings: false, maxTurns: false,
           about: "OpenAI chat completions: one turn per request; the model's tool calls come back to you, " +
                  "never run. The conversation lives in this page only." },
 };

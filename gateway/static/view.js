@@ -36,7 +36,7 @@ const SESSION_END = {
   max_turns: ["stopped", "Stopped: the session reached its turn limit before a final answer."],
   cancelled: ["cancelled", "Cancelled: you stopped the session."],
   error: ["failed", "Failed: the session ended with an error."],
-  tool_calls: ["done", "Done: the model's tool calls were returned to you (this route never runs tools)."],
+  tool_calls: ["done", "Done: the model's tool calls were returned to the client, which runs them."],
 };
 /** [page state, sentence] for a session.ended reason. */
 export function sessionEnd(reason) {
@@ -60,7 +60,6 @@ class CallView {
 
   set(state, label) { this.root.dataset.state = state; this.pill.textContent = label; }
   get state() { return this.root.dataset.state; }
-  get dispatched() { return ["ready", "running"].includes(this.state); }
 
   addArgs(delta) { this.args.textContent += delta; }
   ready(b, ts) { this.readyAt = ts; this.args.textContent = pretty(b.arguments); this.set("ready", "queued"); }
@@ -78,8 +77,8 @@ class CallView {
   /** The session ended before this call finished: say what became of it. */
   close(reason) {
     if (!["streaming", "ready", "running"].includes(this.state)) return;
-    const was = this.state === "streaming" ? "arguments cut off" : "no result";
-    this.set(reason === "cancelled" ? "cancelled" : "failed", `${reason === "cancelled" ? "cancelled" : "failed"}: ${was}`);
+    const fate = reason === "cancelled" ? "cancelled" : "failed";
+    this.set(fate, `${fate}: ${this.state === "streaming" ? "arguments cut off" : "no result"}`);
   }
   note(text) { if (text) this.root.append(el("div", "call-note", text)); }
   /** Chat completions: the call is the client's to run; a box takes the result to send back. */
@@ -106,7 +105,7 @@ class TurnView {
     this.head = el("div", "turn-head"); this.body = el("div", "turn-body"); this.foot = el("div", "turn-foot");
     this.root.append(this.head, this.body, this.foot);
     this.head.append(el("b", null, `turn ${n}`));
-    this.calls = new Map();
+    this.calls = new Map(); this.kv = null;
     this.text = null; this.reasoning = null; this.space = "";
     this.tally = { prompt: 0, cached: 0, completion: 0, calls: 0 };
     this.started = null; this.ended = false; this.frozen = false;
@@ -159,7 +158,8 @@ class TurnView {
     this.foot.textContent = `${what} · ${b.completion_tokens} tokens in ${ms(secs)} (${rate} tok/s)`;
   }
   restart(reason) {
-    this.body.replaceChildren(); this.calls.clear();
+    this.head.replaceChildren(el("b", null, `turn ${this.n}`)); this.kv = null; // its turn.started comes again
+    this.body.replaceChildren(); this.calls.clear(); this.tally.calls = 0;
     this.text = this.reasoning = null; this.space = "";
     this.body.append(el("div", "note", `regenerating this turn: ${reason}`));
   }
@@ -225,12 +225,12 @@ export class Transcript {
    *  but one per later exchange.  ``active``: the session runs now, maybe with no event yet. */
   replay(frames, users, active) {
     const { starts, open } = exchangeStarts(frames);
-    const exchanges = starts.length + (active && !open ? 1 : 0);
+    const exchanges = starts.size + (active && !open ? 1 : 0);
     const queue = users.slice();
     const first = queue.splice(0, Math.max(0, queue.length - Math.max(0, exchanges - 1)));
     if (first.length) this.user(first.join("\n\n"));
     frames.forEach((f, i) => {
-      if (i > 0 && starts.includes(i) && queue.length) this.user(queue.shift());
+      if (i > 0 && starts.has(i) && queue.length) this.user(queue.shift());
       this.apply(f);
     });
     for (const u of queue) this.user(u);
@@ -285,7 +285,6 @@ export class Transcript {
     const why = b.reason === "error" && this.lastError ? "Failed: " + this.lastError : sentence;
     const banner = this.append(el("div", "ended", why));
     banner.dataset.reason = b.reason; banner.dataset.state = state;
-    return state;
   }
 
   totals() {
@@ -312,10 +311,10 @@ export class Transcript {
 
 /** Indices of the frames that open an exchange, and whether the last exchange is still open. */
 function exchangeStarts(frames) {
-  const starts = [];
+  const starts = new Set();
   let endTurn = -1, open = false;
   frames.forEach((f, i) => {
-    if (!open && f.turn > endTurn) { starts.push(i); open = true; }
+    if (!open && f.turn > endTurn) { starts.add(i); open = true; }
     if (f.body.type === "session.ended") { open = false; endTurn = f.turn; }
   });
   return { starts, open };
@@ -329,10 +328,9 @@ function stat(label, value, href) {
   return s;
 }
 
-/** An event for a frozen turn that still tells the truth: a dispatched call's result. */
+/** An event for a frozen turn that still tells the truth: the result of a dispatched call. */
 function lateButReal(t, b) {
-  return b.type === "tool.result" && t.call(b.index) !== undefined &&
-    ["ready", "running", "cancelled", "failed"].includes(t.call(b.index).state) && t.call(b.index).readyAt !== null;
+  return b.type === "tool.result" && Boolean(t.call(b.index)) && t.call(b.index).readyAt !== null;
 }
 
 const HANDLERS = {

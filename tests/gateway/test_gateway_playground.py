@@ -142,6 +142,19 @@ async def test_cancel_while_starting(gw: GwStack) -> None:
         assert page.errors == []
 
 
+async def test_new_session_while_one_runs_cancels_it(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await start_run(browser, gw, [SLOW_CALL, "never reached"])
+        await page.wait_for(STREAMING)
+        sid = session_id(await view(page))
+        await page.click("#new")
+        v = await view(page)
+        assert (v["state"], v["search"], v["turns"], v["ended"], v["send"]) == ("idle", "", [], [], False)
+        log = await server_log(gw, sid)  # ends at the session's end
+        assert log[-1]["body"]["reason"] == "cancelled" and session_status(gw, sid) == "cancelled"
+        assert page.errors == []
+
+
 # --------------------------------------------------------------------------- keys
 async def test_a_wrong_key_is_shown_and_not_kept(gw: GwStack) -> None:
     async with Browser(CHROMIUM) as browser:
@@ -263,6 +276,18 @@ async def test_the_same_turn_through_chat_completions(gw: GwStack) -> None:
         assert v["turns"][1]["content"] == "So it is sunny, 24 C in Paris." and v["turns"][1]["final"]
         assert v["notes"][-1] == "tool results sent back" and len(v["user"]) == 1
         assert shown_totals(v)["turns"] == 2 and int(v["totals"]["completion"]) > 0
+        assert page.errors == []
+
+
+async def test_cancel_through_chat_completions(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await open_playground(browser, gw, path="/?api=chat")
+        await page.wait_for(TOOLS_LOADED)
+        await set_replay(page, [SLOW_CALL, "never reached"])
+        await page.click("#send")
+        v = await cancel_mid_call(page)  # the request is aborted: the server cancels what nobody reads
+        assert [(c["state"], c["pill"]) for c in v["calls"]] == [("cancelled", "cancelled: arguments cut off")]
+        assert [e["reason"] for e in v["ended"]] == ["cancelled"] and v["turns"][0]["finish"] == "cancelled"
         assert page.errors == []
 
 
