@@ -22,6 +22,8 @@ from cdp import Browser, Page, find_chromium
 from gateway_harness import GwStack
 from playground_page import TOOLS_LOADED, open_playground, wait_state
 
+from turnstream.stack import wait_for_decoders
+
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 ENGINE = os.environ.get("TURNSTREAM_SCREENSHOT_ENGINE", "replay")
@@ -36,8 +38,9 @@ def _target(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="turnstream-playground-")) / name
 
 
-async def _run_demo(page: Page) -> dict[str, Any]:
+async def _run_demo(page: Page, gw: GwStack) -> dict[str, Any]:
     await page.wait_for(TOOLS_LOADED)
+    wait_for_decoders(gw.cfg.redis_url, 1)  # the user presses Send on a stack that is up
     await page.click("#send")
     v = await wait_state(page, "done", "stopped", "failed", "cancelled", timeout_s=120)
     assert v["state"] == "done" and v["ended"][-1]["reason"] == "stop", v
@@ -59,13 +62,12 @@ async def _save(page: Page, name: str) -> None:
 async def test_desktop_screenshot(gw: GwStack) -> None:
     async with Browser(CHROMIUM) as browser:
         page = await open_playground(browser, gw, key=None)
-        await _run_demo(page)
+        await _run_demo(page, gw)
         await _save(page, "playground.png")
 
 
 async def test_phone_screenshot(gw: GwStack) -> None:
     async with Browser(CHROMIUM) as browser:
         page = await open_playground(browser, gw, key=None, width=390, height=844, mobile=True)
-        await _run_demo(page)
-        await page.eval("document.querySelector('.call').scrollIntoView({block: 'start'})")
-        await _save(page, "playground-phone.png")
+        await _run_demo(page, gw)
+        await _save(page, "playground-phone.png")  # the end of the run: the last call, the answer
