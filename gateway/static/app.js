@@ -8,7 +8,8 @@
 
 import { request } from "./api.js";
 import { ROUTES } from "./routes.js";
-import { Transcript, el, sessionEnd } from "./view.js";
+import { el } from "./turn.js";
+import { Transcript, sessionEnd } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORE = "turnstream-key";

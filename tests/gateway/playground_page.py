@@ -1,18 +1,54 @@
-"""Helpers for the playground's browser tests: open the page with a key, read what it shows,
-and the session totals the server's own event log implies."""
+"""Helpers for the playground's browser tests: a stack that requires a key, ReplayEngine
+scripts, opening the page with the key, reading what it shows, and the session totals the
+server's own event log implies."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import pytest
 from cdp import Browser, Page
-from gateway_harness import GwStack, read_sse
+from gateway_harness import GwStack, read_sse, start_stack
 
 KEY = "playground-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TOOLS_LOADED = "document.querySelectorAll('#tools input').length >= 5"
+TOOLS_TOML = "[registry]\ninclude_debug = true\n"  # debug_sleep: a tool that takes its time
+
+
+@pytest.fixture(scope="module")
+def keyed_stack(redis_server, tmp_path_factory) -> Iterator[GwStack]:
+    """A module's stack: it requires the API key ``KEY``; debug_sleep is among its tools."""
+    toml = tmp_path_factory.mktemp("playground") / "tools.toml"
+    toml.write_text(TOOLS_TOML)
+    stack = start_stack(redis_server.url, replay_rate=150, api_keys=(KEY,), tools_config=str(toml))
+    yield stack
+    stack.stop()
+
+
+# --------------------------------------------------------------------------- ReplayEngine scripts
+def calls(*calls: dict) -> str:
+    """Tool calls as the model writes them (hermes format)."""
+    return "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>\n" for c in calls).rstrip("\n")
+
+
+WEATHER = {"name": "get_weather", "arguments": {"city": "Paris", "date": "today"}}
+BOOKING = {"name": "book_restaurant", "arguments": {"restaurant": "Chez Nous", "party_size": 2, "time": "19:00"}}
+TWO_CALLS = ["I'll check the weather and book your table at once.\n" + calls(WEATHER, BOOKING),
+             "It is {{ results[0] }} in Paris; your booking: {{ results[1] }}. Enjoy your evening!",
+             "You said: {{ user }}. Anything else?"]
+LONG_QUERY = " ".join(f"word{i}" for i in range(150))  # arguments that stream for a couple of seconds
+SLOW_CALL = "Let me search for that.\n" + calls({"name": "search", "arguments": {"query": LONG_QUERY}})
+
+# --------------------------------------------------------------------------- page conditions
+STREAMING = """(() => { const c = document.querySelector('.call');
+  return Boolean(c) && c.dataset.state === 'streaming' && c.querySelector('.args').textContent.length > 20; })()"""
+SAME_COLOUR = """getComputedStyle(document.getElementById('status')).color ===
+  getComputedStyle(document.querySelector('.ended')).color"""
 
 # What the page shows, as plain data.
 VIEW = """(() => {
@@ -73,6 +109,17 @@ async def set_replay(page: Page, script: list[str]) -> None:
 async def wait_state(page: Page, *states: str, timeout_s: float = 60) -> dict[str, Any]:
     await page.wait_for(f"{json.dumps(list(states))}.includes(document.body.dataset.state)", timeout_s=timeout_s)
     return await view(page)
+
+
+async def cancel_mid_call(page: Page) -> dict[str, Any]:
+    """Press Cancel while the first call's arguments stream; the view once cancelled."""
+    await page.wait_for(STREAMING)
+    await page.click("#cancel")
+    return await wait_state(page, "cancelled")
+
+
+def session_status(gw: GwStack, sid: str) -> str:
+    return httpx.get(f"{gw.url}/v1/sessions/{sid}", headers=AUTH, timeout=10).json()["status"]
 
 
 def session_id(v: dict[str, Any]) -> str:
