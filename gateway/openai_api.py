@@ -94,6 +94,11 @@ def check_model(cfg: Config, model: str) -> None:
                        param="model", code="model_not_found")
 
 
+def forced_prefill(cfg: Config, named: str | None) -> str | None:
+    """What a turn that must call ``named`` (any tool when None) is forced to begin with; None: not forced."""
+    return forced_opener(cfg.tool_format, named, cfg.reasoning or None)
+
+
 def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     """Validate a chat request against this deployment and map it onto a oneshot session."""
     check_model(cfg, body.model)
@@ -111,7 +116,7 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
     forced = body.tool_choice == "required" or named is not None
-    prefill = forced_opener(cfg.tool_format, named, cfg.reasoning or None) if forced else None
+    prefill = forced_prefill(cfg, named) if forced else None
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
               "stop": stop, "prefill": prefill}
     return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
