@@ -77,6 +77,7 @@ def invalid(param: str, message: str) -> ApiError:
 def prompt(cfg: Config, body: CountTokensRequest) -> Prompt:
     """Check the request against this deployment and map its conversation and tools (see the module doc)."""
     check_model(cfg, body.model)
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []))
     tools = [_tool(i, t) for i, t in enumerate(body.tools or [])]
     names = [t["function"]["name"] for t in tools]
     if len(set(names)) != len(names):
@@ -89,8 +90,8 @@ def prompt(cfg: Config, body: CountTokensRequest) -> Prompt:
 
 def plan_messages(cfg: Config, body: MessagesRequest) -> MessagesPlan:
     """Validate a Messages request and map it onto a oneshot session."""
-    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=body.max_tokens)
     p = prompt(cfg, body)
+    check_counts(cfg, max_tokens=body.max_tokens)
     choice = body.tool_choice
     forced = choice is not None and choice.type in ("any", "tool")
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,

@@ -131,6 +131,8 @@ def test_count_tokens_is_the_decoders_rendering(client: anthropic.Anthropic, gw:
     assert counted == len(tok.encode(tok.render(internal, tools)))
     bare = client.messages.count_tokens(model=MODEL, system=system, messages=USER).input_tokens
     assert bare == len(tok.encode(tok.render(internal))) < counted
+    with pytest.raises(anthropic.BadRequestError):  # the request limits apply here too
+        client.messages.count_tokens(model=MODEL, messages=USER * 600)
     no_tools = client.messages.count_tokens(model=MODEL, system=system, messages=USER, tools=TOOLS,
                                             tool_choice={"type": "none"}).input_tokens
     assert no_tools == bare  # tool_choice none renders no tools, as the decoder would

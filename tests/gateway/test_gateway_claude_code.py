@@ -32,7 +32,7 @@ _SCRIPT.write_text(json.dumps([
     "I'll write the file.\n<tool_call>\n" + json.dumps({"name": "Write", "arguments": {
         "file_path": str(TARGET), "content": TEXT}}) + "\n</tool_call>",
     "Done. The Write tool said: {{ results[0] }}"]))
-GATEWAY_CONFIG = dict(replay_script=str(_SCRIPT), api_keys=(KEY,), max_request_bytes=4_000_000)
+GATEWAY_CONFIG = dict(replay_script=str(_SCRIPT), api_keys=(KEY,))
 
 
 @pytest.fixture(scope="module")
