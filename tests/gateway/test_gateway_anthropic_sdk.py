@@ -14,7 +14,7 @@ from runtime.chat_template import ChatTokenizer
 from schemas import keys
 
 KEY, OTHER = "sk-ant-test-0123456789", "sk-ant-other-9876543210"
-GATEWAY_CONFIG = dict(api_keys=(KEY, OTHER), rate_limit_rps=0, max_request_bytes=50_000, max_tokens_limit=4096)
+GATEWAY_CONFIG = dict(api_keys=(KEY, OTHER), rate_limit_rps=0, max_request_bytes=50_000, max_tokens_limit=10_000)
 TOOLS = [{"name": "get_weather", "description": "Weather for a city", "input_schema": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
     {"name": "get_time", "input_schema": {"type": "object", "properties": {"timezone": {"type": "string"}}}}]
@@ -163,7 +163,7 @@ def test_invalid_requests_get_anthropic_errors(client: anthropic.Anthropic) -> N
              dict(messages=[{"role": "user", "content": [document, {"type": "text", "text": "read"}]}]),
              dict(tools=[{"type": "web_search_20250305", "name": "web_search"}]),
              dict(tool_choice={"type": "any"}), dict(tools=TOOLS, tool_choice={"type": "tool", "name": "nope"}),
-             dict(max_tokens=0), dict(max_tokens=5000), dict(messages=[]),
+             dict(max_tokens=0), dict(max_tokens=10_001), dict(messages=[]),
              dict(messages=USER + [{"role": "assistant", "content": "The answer is ("}]),
              dict(thinking={"type": "enabled", "budget_tokens": 2048}, max_tokens=1000)]
     for kw in cases:
@@ -212,8 +212,8 @@ def test_raw_http_errors_keep_anthropics_shape_on_these_routes_only(gw: GwStack)
 
 
 def test_a_client_that_leaves_mid_stream_cancels_generation(client: anthropic.Anthropic, gw: GwStack) -> None:
-    long = "word " * 2000  # 5 s of tokens at the stack's replay rate
-    stream = client.messages.create(model=MODEL, max_tokens=4000, messages=USER, stream=True,
+    long = "word " * 8000  # 20 s of tokens at the stack's replay rate: a loaded machine still cancels in time
+    stream = client.messages.create(model=MODEL, max_tokens=9000, messages=USER, stream=True,
                                     extra_body={"replay": [long]})
     first = next(iter(stream))
     sid = first.message.id.removeprefix("msg_")
