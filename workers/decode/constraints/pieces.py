@@ -1,0 +1,58 @@
+"""Lark building blocks over one tokenizer: text vs added tokens, and "text up to a close marker"."""
+
+from __future__ import annotations
+
+import json
+import re
+
+ANY = r"/(.|\n)*/"
+
+
+class Pieces:
+    """Writes text as Lark, each of the tokenizer's added tokens as a token reference ``<[id]>``.
+
+    llguidance matches an added token only as that token, never as its spelling in text."""
+
+    def __init__(self, added: dict[str, int]) -> None:
+        self.added = added
+        self._split = re.compile("|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))) if added else None
+
+    def expr(self, *texts: str) -> str:
+        """A Lark sequence matching the concatenation of ``texts`` ('' when empty)."""
+        out = []
+        for text in texts:
+            out += [f"<[{self.added[p]}]>" if p in self.added else lit(p) for p in self._parts(text) if p]
+        return " ".join(out)
+
+    def is_text(self, text: str) -> bool:
+        """True when ``text`` contains no added token (it can be part of a text lexeme)."""
+        return self._split is None or self._split.search(text) is None
+
+    def until(self, name: str, close: str) -> tuple[str, str]:
+        """(symbol, rule): any text up to and including the first ``close``.
+
+        A text ``close`` is folded into the same lexeme (lexemes are greedy: a separate close
+        lexeme would never be reached); a token ``close`` cannot occur in text anyway."""
+        if not self.is_text(close):
+            return name.lower(), f"{name.lower()}: {ANY} {self.expr(close)}"
+        body = f"(({ANY}) & ~/(.|\\n)*{_regex(close.strip() or close)}(.|\\n)*/)"
+        return name.upper(), f"{name.upper()}: {body} {lit(close)}"
+
+    def _parts(self, text: str) -> list[str]:
+        if self._split is None:
+            return [text]
+        parts, pos = [], 0
+        for m in self._split.finditer(text):
+            parts += [text[pos:m.start()], m.group()]
+            pos = m.end()
+        return parts + [text[pos:]]
+
+
+def lit(text: str) -> str:
+    """A Lark string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _regex(text: str) -> str:
+    """``text`` as a regex inside Lark's ``/.../``."""
+    return re.escape(text).replace("/", "\\/")
