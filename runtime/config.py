@@ -38,6 +38,7 @@ class Config:
     native_args: str = ""  # engine=native: JSON object of EngineConfig overrides, e.g. {"num_blocks": 4096}
     tool_format: str = "hermes"
     reasoning: str = ""  # "" | "think" | "think_forced"
+    grammar_auto: str = "on"  # tool_choice "auto" with tools: a call's name and arguments held to the tools ("off": free)
     replay_rate: float = 50.0  # tokens per second of the ReplayEngine
     replay_script: str = ""  # JSON list of per-turn templates; default: the built-in demo script
     vllm_args: str = ""  # engine=vllm: JSON object of extra vLLM engine arguments, e.g. {"enforce_eager": true}
@@ -88,7 +89,7 @@ class Config:
 
 
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
-            "reasoning": {"", "think", "think_forced"}}
+            "reasoning": {"", "think", "think_forced"}, "grammar_auto": {"on", "off"}}
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

@@ -11,10 +11,13 @@ from schemas.codec import decode_event, encode
 from schemas.events import StartTurn
 from runtime import bus
 from runtime.session import Sessions
+from workers.decode.replay import tools_called
 
 
 async def start_session(r: Any, sid: str, script: list[str], **kw: Any) -> None:
-    """A session created as the gateway does (record + ``StartTurn``), with a ReplayEngine script."""
+    """A session created as the gateway does (record + ``StartTurn``), with a ReplayEngine script;
+    unless ``tools`` are given it offers the tools the script calls."""
+    kw.setdefault("tools", tools_called(script))
     await Sessions(r).create(sid, [{"role": "user", "content": "go"}], meta={"replay": script}, **kw)
     await bus.add(r, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=0)))
 

@@ -29,6 +29,7 @@ from runtime import bus, routing
 from runtime.barrier import Barrier, complete_turn
 from runtime.config import Config, default_worker_id
 from workers.decode.chunks import AbortCheck, Coalescer
+from workers.decode.constraints import turn_constraint
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 from runtime.session import Sessions, SessionInfo, fail_session
 from workers.tools.client import expire_overdue
@@ -206,7 +207,8 @@ class DecodeWorker:
         messages = await self.sessions.messages(sid)
         req = GenerateRequest(rid=f"{sid}:{turn}:{attempt}", session=sid, messages=messages, tools=info.tools or None,
                               params=SamplingParams.from_dict(info.params), continuation=continuation, turn=turn,
-                              metadata=info.meta)
+                              metadata=info.meta, constraint=turn_constraint(self.cfg, info.tools, info.params,
+                                                                             continuation))
         job = ParseTurn(sid=sid, turn=turn, attempt=attempt, worker=self.me,
                         after=await bus.last_id(self.r, keys.tokens(sid)))
         pipe = self.r.pipeline(transaction=False)

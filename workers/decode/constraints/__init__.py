@@ -4,6 +4,7 @@
     GenerateRequest(..., constraint=c)                                  # every engine honours it
 """
 
-from workers.decode.constraints.spec import Calls, Constraint, ConstraintError, ToolSpec, constraint_for
+from workers.decode.constraints.spec import (Calls, Constraint, ConstraintError, ToolSpec, constraint_for,
+                                             turn_constraint)
 
-__all__ = ["Calls", "Constraint", "ConstraintError", "ToolSpec", "constraint_for"]
+__all__ = ["Calls", "Constraint", "ConstraintError", "ToolSpec", "constraint_for", "turn_constraint"]

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from workers.decode.constraints.formats import NAME, Params, Syntax
-from workers.decode.constraints.pieces import Pieces, lit
+from workers.decode.constraints.pieces import Pieces, json_rule, lit
 from workers.decode.constraints.spec import ToolSpec
 
 _PY_STR = r"""(/'([^'\\\n]|\\.)*'/ | /"([^"\\\n]|\\.)*"/)"""
@@ -31,7 +31,7 @@ def arguments(tool: ToolSpec, i: int, s: Syntax, p: Pieces) -> tuple[str, list[s
         return _xml(tool, s.params, p)
     if s.args == "python":
         return _python(tool, i)
-    return f"args_{i}", [f"args_{i}: %json {json.dumps(tool.parameters)}"]
+    return f"args_{i}", [f"args_{i}: {json_rule(tool.parameters)}"]
 
 
 def _props(tool: ToolSpec) -> tuple[dict[str, Any], set[str]]:
@@ -57,7 +57,7 @@ def _xml_value(schema: dict[str, Any], params: Params, p: Pieces) -> tuple[str, 
     if schema.get("type") == "string":
         symbol, rule = p.until("string_value", params.close)
         return symbol, [rule]
-    return f"%json {json.dumps(schema)} {close}", []
+    return f"{json_rule(schema)} {close}", []
 
 
 def _python(tool: ToolSpec, i: int) -> tuple[str, list[str]]:
@@ -83,7 +83,7 @@ def _py_value(schema: dict[str, Any]) -> str:
     if types == "array" and isinstance(schema.get("items"), dict):
         item = _py_value(schema["items"])
         return f'("[" ({item} (", " {item})*)? "]")'
-    return f"%json {json.dumps(schema)}"
+    return f"{json_rule(schema)}"
 
 
 def _py_repr(value: Any) -> str:

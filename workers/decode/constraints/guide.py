@@ -14,7 +14,6 @@ step than xgrammar's, so the native engine computes them while the model runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections import OrderedDict
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from workers.decode.constraints.lark import to_lark
+from workers.decode.constraints.pieces import added_tokens
 from workers.decode.constraints.spec import Constraint, ConstraintError
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,7 @@ class GrammarCompiler:
     """Builds llguidance matchers for ``Constraint``s over one tokenizer (thread-safe after init)."""
 
     def __init__(self, tokenizer_json: str, eos_ids: list[int], max_cached: int = 256) -> None:
-        data = json.loads(tokenizer_json)
-        self.added = {t["content"]: t["id"] for t in data.get("added_tokens", [])}
+        self.added = added_tokens(tokenizer_json)
         self.tokenizer = llguidance.LLTokenizer(tokenizer_json, eos_token=list(eos_ids) or None)
         self.vocab_size = self.tokenizer.vocab_size
         self.max_cached = max_cached

@@ -19,7 +19,7 @@ import json
 
 from workers.decode.constraints.args import arguments
 from workers.decode.constraints.formats import HARMONY_CALL, HARMONY_OPENER_RE, KIMI_INDEX_OPEN, NAME, SYNTAX, THINK, Syntax
-from workers.decode.constraints.pieces import ANY, Pieces, lit
+from workers.decode.constraints.pieces import ANY, Pieces, json_rule, lit
 from workers.decode.constraints.spec import Calls, Constraint, ConstraintError
 
 _SAFE = "SAFE: " + ANY + r" & ~/(.|\n)*({})(.|\n)*/"
@@ -47,7 +47,7 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
         start = "SAFE (section SAFE)*"
         rules += _section(c, syntax, p)
     if c.answer_schema is not None:
-        rules.append(f"answer: %json {json.dumps(c.answer_schema)}")
+        rules.append(f"answer: {json_rule(c.answer_schema)}")
     return _grammar([f"start: {think} {start}"] + rules)
 
 
@@ -112,7 +112,7 @@ def _harmony(c: Constraint, p: Pieces) -> str:
         for i, t in enumerate(c.tools):
             head = p.expr(*(x.replace(NAME, t.name) for x in HARMONY_CALL))
             rules += [f"call_{i}: {head} args_{i} ({p.expr('<|call|>')})?",
-                      f"args_{i}: %json {json.dumps(t.parameters)}"]
+                      f"args_{i}: {json_rule(t.parameters)}"]
     if c.answer_schema is not None:
-        rules.append(f"answer: %json {json.dumps(c.answer_schema)}")
+        rules.append(f"answer: {json_rule(c.answer_schema)}")
     return _grammar(rules)

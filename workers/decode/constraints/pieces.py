@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 ANY = r"/(.|\n)*/"
 
@@ -46,6 +47,22 @@ class Pieces:
             parts += [text[pos:m.start()], m.group()]
             pos = m.end()
         return parts + [text[pos:]]
+
+
+def added_tokens(tokenizer_json: str) -> dict[str, int]:
+    """The added tokens (text -> id) of a ``tokenizer.json``: llguidance matches them only as tokens."""
+    return {t["content"]: t["id"] for t in json.loads(tokenizer_json).get("added_tokens", [])}
+
+
+# JSON as models write it (Python's json.dumps, chat templates' tojson): ", " and ": ", no other
+# whitespace.  Free whitespace lets a small model that dislikes the forced key pad forever.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def json_rule(schema: dict[str, Any]) -> str:
+    """``%json`` of ``schema`` in ``JSON_STYLE`` (a schema's own ``x-guidance`` wins)."""
+    style = {**JSON_STYLE, **(schema.get("x-guidance") or {})} if isinstance(schema, dict) else JSON_STYLE
+    return f"%json {json.dumps({**schema, 'x-guidance': style})}"
 
 
 def lit(text: str) -> str:

@@ -62,6 +62,17 @@ class Constraint:
                           sort_keys=True)
 
 
+def turn_constraint(cfg: Any, tools: list[dict[str, Any]] | None, params: dict[str, Any] | None,
+                    continuation: bool) -> Constraint | None:
+    """The constraint of a session's turn under the process config (``tool_format``, ``reasoning``,
+    ``grammar_auto``).  ``required`` and named choices bind the turn that answers the user; the
+    turns that continue after tool results are ``auto`` (else a session loop could never answer)."""
+    params = dict(params or {})
+    if continuation and normalize_choice(params.get("tool_choice")) != "none":
+        params["tool_choice"] = "auto"
+    return constraint_for(cfg.tool_format, cfg.reasoning or None, tools, params, cfg.grammar_auto != "off")
+
+
 def constraint_for(fmt: str, reasoning: str | None, tools: list[dict[str, Any]] | None,
                    params: dict[str, Any] | None, constrain_auto: bool = True) -> Constraint | None:
     """The turn's constraint; None when nothing is constrained (``auto`` with tools, switched off)."""
