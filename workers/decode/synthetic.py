@@ -77,14 +77,16 @@ def build_tokenizer(vocab_size: int = 512) -> Tokenizer:
 def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int = 64, num_layers: int = 2,
                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
                      max_position_embeddings: int = 4096, vocab_size: int = 512, tie_word_embeddings: bool = True,
-                     rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0) -> Path:
-    """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``."""
+                     rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0,
+                     tokenizer: Tokenizer | None = None) -> Path:
+    """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``
+    (``tokenizer``: instead of the small trained one, e.g. ``build_large_tokenizer()``)."""
     import torch
     import transformers
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(vocab_size)
+    tok = tokenizer or build_tokenizer(vocab_size)
     tok.save(str(path / "tokenizer.json"))
     eos = tok.token_to_id("<|im_end|>")
     config_cls, model_cls = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
