@@ -39,8 +39,10 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
-    # Text the turn is forced to begin with (a tool call's opener, for tool_choice): engines put it
-    # after the generation prompt and generate what follows; their deltas do not repeat it.
+    # Text the turn is forced to begin with: engines put it after the generation prompt and generate
+    # what follows; their deltas do not repeat it.  (tool_choice no longer sets it: the request's
+    # constraint forces a call's opener token by token.)  With a constraint, the prefill is the
+    # grammar's first text (native, replay); vLLM refuses the pair.
     prefill: str = ""
 
     @classmethod

@@ -159,7 +159,11 @@ class VllmEngine:
             del self._abort_asked[req.rid]
 
     def _grammar(self, req: GenerateRequest) -> str | None:
-        return None if req.constraint is None else to_lark(req.constraint, self._added)
+        if req.constraint is None:
+            return None
+        if req.params.prefill:  # vLLM's grammar would start at the prefill's end: not expressible
+            raise EngineError("vllm: a forced prefill cannot be combined with a constraint")
+        return to_lark(req.constraint, self._added)
 
     def _prompt_ids(self, req: GenerateRequest) -> tuple[list[int], int]:
         text = self._template_tokenizer.apply_chat_template(

@@ -108,7 +108,7 @@ def apply_masks(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) ->
         return
     vocab = logits.shape[-1]
     bits = np.unpackbits(bitmask[:len(rows)].numpy().view(np.uint8), axis=-1, bitorder="little")[:, :vocab]
-    if logits.device.type != "cpu":
+    if logits.device.type != "cpu" or logits.dtype == torch.bfloat16:  # numpy cannot view these
         forbid = torch.from_numpy(bits == 0).to(logits.device)
         index = torch.tensor(rows, device=logits.device)
         logits[index] = logits[index].masked_fill(forbid, float("-inf"))

@@ -6,7 +6,8 @@
                           think? pre_call* SAFE                     call openers are text
              (FORBIDDEN)  think? WS answer  |  think? SAFE
 
-``SAFE`` is any text that does not contain a call opener (``Syntax.opener_re``), so a call can
+``WS`` is at most four blanks (free whitespace lets a model pad forever).  ``SAFE`` is any text
+that does not contain a call opener (``Syntax.opener_re``), so a call can
 only begin inside ``section``, whose rules name an offered tool and hold the arguments to its
 schema.  A text opener is matched as part of one lexeme ``PRE_i = SAFE + head of call i`` (text
 lexemes are greedy: a separate opener lexeme after SAFE would never be reached).  Added tokens
@@ -33,7 +34,7 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
     syntax = SYNTAX.get(c.format)
     if syntax is None:
         raise ConstraintError(f"tool format {c.format!r} has no call grammar")
-    rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]*/"]
+    rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]{0,4}/"]  # bounded: a model must not pad forever
     think = _think(c, p, rules)
     if c.calls is Calls.FORBIDDEN:
         start = "WS answer" if c.answer_schema is not None else "SAFE"

@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from runtime.config import ConfigError
+from workers.decode.constraints import ConstraintError
 from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.native.block_manager import BlockManager
 from workers.decode.native.config import EngineConfig
 from workers.decode.native.guided import Guide
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import DuplicateRequest, PromptError, RequestTooLarge
-from workers.decode.constraints import ConstraintError
 from workers.decode.native.loader import ModelArgs
 from workers.decode.native.model_runner import ModelRunner
 from workers.decode.native.models import load_model
@@ -203,7 +203,8 @@ class EngineCore:
         if req.constraint is None:
             return None
         m = self.grammars.matcher(req.constraint)
-        if req.params.prefill and not m.consume_tokens(self.grammars.tokenizer.tokenize_str(req.params.prefill)):
+        prefill = self.grammars.tokenizer.tokenize_str(req.params.prefill, parse_special=True)
+        if prefill and not m.consume_tokens(prefill):
             raise ConstraintError(f"the forced prefill {req.params.prefill[:40]!r} breaks the request's grammar")
         return m
 
