@@ -137,3 +137,25 @@ def test_auto_lets_text_come_before_and_after_a_call(fmt: str, as_tokens: bool) 
 def test_required_constraint_shape() -> None:
     c = constraint_for("hermes", None, TOOLS, {"tool_choice": {"type": "function", "function": {"name": "get_time"}}})
     assert c.calls is Calls.REQUIRED and [t.name for t in c.tools] == ["get_time"]
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> None:
+    markers = ("<tool_call>", "</tool_call>", "<think>", "</think>") if as_tokens else ()
+    comp, tok = compiler(markers)
+    call = CALLS["hermes"][0]
+
+    def violation_of(reasoning: str, params: dict, text: str, tools: list = TOOLS) -> str | None:
+        c = constraint_for("hermes", reasoning, tools, params)
+        return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
+
+    thought = "<think>The user wants the weather; I call get_weather.</think>\n\n"
+    assert violation_of("think", {"tool_choice": "required"}, thought + call) is None
+    assert violation_of("think", {"tool_choice": "required"}, call) is None  # the span is optional
+    assert violation_of("think", {"tool_choice": "required"}, thought + "It is sunny.") is not None
+    assert violation_of("think_forced", {"tool_choice": "required"}, thought.removeprefix("<think>") + call) is None
+    assert violation_of("think", {}, thought + "No call needed.", tools=[]) is None
+    assert violation_of("think", {}, thought + call, tools=[]) is not None
+    inside = "<think>Let me call " + call + " now.</think>\n"  # the parser would read that as a call
+    assert violation_of("think", {"tool_choice": "none"}, inside + "Done.") is not None
+    assert violation_of("think", {}, inside.replace("get_weather", "book_table") + call) is not None

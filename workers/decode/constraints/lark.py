@@ -33,7 +33,7 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
     if syntax is None:
         raise ConstraintError(f"tool format {c.format!r} has no call grammar")
     rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]{0,4}/"]  # bounded: a model must not pad forever
-    think = _think(c, p, rules)
+    think = _think(c, p, rules, syntax.opener_re)
     if c.calls is Calls.FORBIDDEN:
         start = "WS answer" if c.answer_schema is not None else "SAFE"
     elif c.calls is Calls.REQUIRED or c.answer_schema is not None:
@@ -85,11 +85,12 @@ def _calls(c: Constraint, s: Syntax, p: Pieces) -> list[str]:
 
 
 # ---- reasoning and harmony -------------------------------------------------------------------
-def _think(c: Constraint, p: Pieces, rules: list[str]) -> str:
+def _think(c: Constraint, p: Pieces, rules: list[str], opener_re: str) -> str:
+    """The reasoning span; no call may begin inside it (the parser would take it for a call)."""
     if c.reasoning is None:
         return ""
     open_, close = THINK
-    body, rule = p.until("think_body", close)
+    body, rule = p.until("think_body", close, opener_re)
     rules.append(rule)
     if c.reasoning == "think_forced":  # the prompt opened the span: the turn starts inside it
         return body

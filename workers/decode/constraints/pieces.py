@@ -29,14 +29,16 @@ class Pieces:
         """True when ``text`` contains no added token (it can be part of a text lexeme)."""
         return self._split is None or self._split.search(text) is None
 
-    def until(self, name: str, close: str) -> tuple[str, str]:
-        """(symbol, rule): any text up to and including the first ``close``.
+    def until(self, name: str, close: str, avoid_re: str = "") -> tuple[str, str]:
+        """(symbol, rule): text up to and including the first ``close``, never matching ``avoid_re``.
 
         A text ``close`` is folded into the same lexeme (lexemes are greedy: a separate close
         lexeme would never be reached); a token ``close`` cannot occur in text anyway."""
+        avoid = "|".join(x for x in (_regex(close.strip() or close) if self.is_text(close) else "", avoid_re) if x)
+        body = f"(({ANY}) & ~/(.|\\n)*({avoid})(.|\\n)*/)" if avoid else ANY
         if not self.is_text(close):
-            return name.lower(), f"{name.lower()}: {ANY} {self.expr(close)}"
-        body = f"(({ANY}) & ~/(.|\\n)*{_regex(close.strip() or close)}(.|\\n)*/)"
+            text = f"{name.upper()}_TEXT"
+            return name.lower(), f"{text}: {body}\n{name.lower()}: {text} {self.expr(close)}"
         return name.upper(), f"{name.upper()}: {body} {lit(close)}"
 
     def _parts(self, text: str) -> list[str]:
