@@ -93,7 +93,7 @@ class VllmEngine:
         self._template_tokenizer: Any = None
         self._load = _SchedulerLoad()
         self._abort_asked: dict[str, bool] = {}  # live request ids -> abort() was called
-        self._added = added_tokens((Path(config.model) / "tokenizer.json").read_text())  # for constraints
+        self._added: dict[str, int] = {}  # the tokenizer's added tokens, for constraints (set by start)
         self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
 
     @classmethod
@@ -113,6 +113,7 @@ class VllmEngine:
         args = AsyncEngineArgs(**self._engine_args(AsyncEngineArgs))
         self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: self._load])
         self._template_tokenizer = self.llm.get_tokenizer()
+        self._added = added_tokens((Path(self.config.model) / "tokenizer.json").read_text())
         self.prompts = SessionPrompts(_TextCodec(self._template_tokenizer), self.config.max_session_records)
         cache = self.llm.vllm_config.cache_config
         self._load.block_size, self._load.total_blocks = cache.block_size, cache.num_gpu_blocks or 0
