@@ -8,8 +8,9 @@ retyped, enums, tools not offered) run through the native engine twice, greedy:
     and named choices forced only the call's opener (a prefill), the rest the model's own;
   * after:  the turn's ``Constraint`` (``workers/decode/constraints``), as the decoder builds it.
 Each completion is read back by the hermes parser; every call is checked against the tool
-offered under its name.  Rates are over calls (unoffered, invalid arguments) or over requests
-(no call under required/named, any call without tools).
+offered under its name.  Rates are over calls (unoffered; invalid arguments: complete calls whose
+arguments are not JSON or break the schema; cut by max_tokens: calls truncated, reported and
+never dispatched) or over requests (no call under required/named, any call without tools).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def tally(cases: list[Case], outputs: list[tuple[str, str]]) -> dict[str, dict[s
         rows[mode] = {"requests": len(picked), "calls": calls,
                       "unoffered_rate": sum(v.unoffered for v in verdicts) / max(1, calls),
                       "invalid_args_rate": sum(v.invalid_args + v.malformed for v in verdicts) / max(1, calls),
+                      "truncated_rate": sum(v.truncated for v in verdicts) / max(1, calls),
                       "no_call_rate": sum(v.no_call for v in verdicts) / max(1, len(picked)),
                       "wrong_name_rate": sum(v.wrong_name for v in verdicts) / max(1, calls),
                       "requests_with_calls": sum(v.calls > 0 for v in verdicts) / max(1, len(picked)),
@@ -106,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{label}: {len(cases)} requests through the native engine")
         results[label] = measure(cases, args.max_tokens, grammar, core_for)
     rows = [[mode, label, int(r["requests"]), int(r["calls"]), _pct(r["unoffered_rate"]), _pct(r["invalid_args_rate"]),
-             _pct(r["no_call_rate"]) if mode in ("required", "named") else "",
-             _pct(r["requests_with_calls"]) if mode == "no_tools" else "", _pct(r["cut_by_length"])]
+             _pct(r["truncated_rate"]), _pct(r["no_call_rate"]) if mode in ("required", "named") else "",
+             _pct(r["requests_with_calls"]) if mode == "no_tools" else ""]
             for mode in MODES for label, r in ((k, results[k][mode]) for k in ("before", "after"))]
     table = markdown_table(["tool_choice", "", "requests", "calls", "unoffered tool", "invalid arguments",
-                            "no call", "requests with a call", "cut by max_tokens"], rows)
+                            "cut by max_tokens", "no call", "requests with a call"], rows)
     write_results("grammar", args.out, {"cases": args.cases, "seed": args.seed, "max_tokens": args.max_tokens,
                                         "model": str(MODEL), "results": results}, table)
     return 0

@@ -118,7 +118,8 @@ class Verdict:
     calls: int = 0
     unoffered: int = 0  # calls naming a tool the request did not offer
     invalid_args: int = 0  # calls whose arguments are not JSON or break the offered tool's schema
-    malformed: int = 0  # calls the parser could not read at all
+    malformed: int = 0  # calls the parser could not read at all (complete but broken)
+    truncated: int = 0  # calls cut off by max_tokens (reported, never dispatched)
     no_call: bool = False  # a required/named turn without a valid call
     wrong_name: int = 0  # named choice: calls of another tool
     notes: list[str] = field(default_factory=list)
@@ -128,7 +129,8 @@ def judge(fmt: str, text: str, case: Case) -> Verdict:
     """Read ``text`` as the parser does and check every call against the offered tools."""
     turn = parse_text(fmt, text, tools=case.tools)
     offered = {t["function"]["name"]: t["function"]["parameters"] for t in case.tools}
-    v = Verdict(calls=len(turn.calls) + len(turn.invalid), malformed=len(turn.invalid))
+    cut = sum(bad.truncated for bad in turn.invalid)
+    v = Verdict(calls=len(turn.calls) + len(turn.invalid), malformed=len(turn.invalid) - cut, truncated=cut)
     for call in turn.calls:
         if call.name not in offered:
             v.unoffered += 1
