@@ -40,7 +40,7 @@ from gateway.anthropic_bodies import (Block, CacheControl, CountTokensRequest, I
 from gateway.bodies import ToolDef
 from gateway.errors import ApiError
 from gateway.limits import check_counts
-from gateway.openai_api import check_model, forced_prefill
+from gateway.openai_api import check_model
 from runtime.config import Config
 
 KEEP_KV_S = {"5m": 300, "1h": 3600}
@@ -93,10 +93,10 @@ def plan_messages(cfg: Config, body: MessagesRequest) -> MessagesPlan:
     p = prompt(cfg, body)
     check_counts(cfg, max_tokens=body.max_tokens)
     choice = body.tool_choice
-    forced = choice is not None and choice.type in ("any", "tool")
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "top_k": body.top_k, "stop": body.stop_sequences, "keep_kv_s": keep_kv_s(body),
-              "prefill": forced_prefill(cfg, p.named) if forced else None}
+              "tool_choice": choice.model_dump(exclude_none=True, include={"type", "name"}) if choice else None,
+              "parallel_tool_calls": False if choice and choice.disable_parallel_tool_use else None}
     thinking = bool(cfg.reasoning) and body.thinking is not None and body.thinking.shown
     return MessagesPlan(p.messages, p.tools, {k: v for k, v in params.items() if v is not None},
                         {"replay": body.replay} if body.replay else {}, p.named, p.offer_tools,

@@ -35,21 +35,22 @@ def flatten(content: Content) -> str | None:
     return "".join(p.text for p in content)
 
 
+def _check_schema(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    if v is not None:
+        try:
+            jsonschema.validators.validator_for(v).check_schema(v)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+    return v
+
+
 class FunctionDef(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
-    @field_validator("parameters")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                jsonschema.validators.validator_for(v).check_schema(v)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
-        return v
+    _schema = field_validator("parameters")(_check_schema)
 
 
 class ToolDef(BaseModel):
@@ -131,6 +132,33 @@ Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage
 """One conversation message, OpenAI's shape, by role (``developer`` is read as ``system``)."""
 
 
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str = "response"
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    _schema = field_validator("schema_")(_check_schema)
+
+
+class ResponseFormat(BaseModel):
+    """``text``, ``json_object`` or ``json_schema`` (the answer is held to the schema by the decoder's grammar)."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        return super().model_dump(by_alias=True, **kw)
+
+
 # --------------------------------------------------------------------------- session API
 class CreateSession(BaseModel):
     """``POST /v1/sessions``: a server-side agent loop.
@@ -148,6 +176,9 @@ class CreateSession(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[str] | None = Field(default=None, max_length=8)
+    # held by the decoder's grammar; required/named bind each turn that answers a user message
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    response_format: ResponseFormat | None = None
     replay: Replay = None
 
     _replay = field_validator("replay")(_check_replay)
@@ -173,21 +204,8 @@ class ToolResultIn(BaseModel):
 
 
 # --------------------------------------------------------------------------- OpenAI API
-class NamedFunction(BaseModel):
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    type: Literal["function"]
-    function: NamedFunction
-
-
 class StreamOptions(BaseModel):
     include_usage: bool = False
-
-
-class ResponseFormat(BaseModel):
-    type: str
 
 
 class ChatRequest(BaseModel):

@@ -7,11 +7,11 @@ executed here.  The decoder finds the KV of an earlier request by prefix, so a f
 request after tool results pays mostly for the new tokens.
 
 ``tool_choice``: ``"none"`` renders no tools; a named function renders only that function;
-``"required"`` and ``"auto"`` render all.  ``"required"`` and a named function also force the
-turn to begin with a call's opener in the deployment's format (``workers.decode.forcing``:
-the call marker, and for a named function the call's head up to its arguments); the
-arguments are the model's.  Where a format or a reasoning model cannot be forced, the choice
-is honoured by rendering and by filtering the output (``gateway.openai_format``).  A client
+``"required"`` and ``"auto"`` render all.  The choice, ``response_format`` and
+``parallel_tool_calls`` are recorded in the session's params; the decoder turns them into the
+turn's grammar (``workers.decode.constraints``): calls name only offered tools, their arguments
+follow the tools' schemas, ``required``/named turns are calls, a request without tools never
+begins one.  The output is still filtered by the choice (``gateway.openai_format``).  A client
 that disconnects mid-request cancels its session, which stops generation.
 """
 
@@ -36,7 +36,6 @@ from gateway.openai_format import ChatOptions, ChatStream
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from runtime.config import Config
-from workers.decode.forcing import forced_opener  # moves into the decoder with the grammar work (issue 17)
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024
@@ -94,11 +93,6 @@ def check_model(cfg: Config, model: str) -> None:
                        param="model", code="model_not_found")
 
 
-def forced_prefill(cfg: Config, named: str | None) -> str | None:
-    """What a turn that must call ``named`` (any tool when None) is forced to begin with; None: not forced."""
-    return forced_opener(cfg.tool_format, named, cfg.reasoning or None)
-
-
 def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     """Validate a chat request against this deployment and map it onto a oneshot session."""
     check_model(cfg, body.model)
@@ -106,7 +100,7 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
         raise _unsupported("n", "more than one choice")
     if body.logprobs:
         raise _unsupported("logprobs", "logprobs")
-    if body.response_format and body.response_format.type != "text":
+    if body.response_format and body.response_format.type not in ("text", "json_object", "json_schema"):
         raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
@@ -115,10 +109,10 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
-    forced = body.tool_choice == "required" or named is not None
-    prefill = forced_prefill(cfg, named) if forced else None
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
-              "stop": stop, "prefill": prefill}
+              "stop": stop, "tool_choice": choice, "parallel_tool_calls": body.parallel_tool_calls,
+              "response_format": body.response_format.model_dump(exclude_none=True) if body.response_format else None}
     return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
                     {"replay": body.replay} if body.replay else {}, named, offer)
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from gateway.auth import Principal
-from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, flatten
+from gateway.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
 from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
@@ -48,6 +48,25 @@ async def resolve_tools(catalog: ToolCatalog, requested: list[str | ToolDef] | N
         raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
 
+def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """``tool_choice`` and ``response_format`` as the decoder's grammar reads them (400 on a choice
+    naming no tool of the session)."""
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in {t["function"]["name"] for t in tools}:
+            raise ApiError(400, f"tool_choice: function {choice.function.name[:64]!r} is not in tools",
+                           param="tool_choice", code="invalid_value")
+        choice = choice.model_dump()
+    if choice == "required" and not tools:
+        raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
+                       code="invalid_value")
+    fmt = body.response_format.model_dump(exclude_none=True) if body.response_format else None
+    if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
+        raise ApiError(400, f"response_format: type {fmt['type'][:40]!r} is not supported by this server",
+                       param="response_format", code="unsupported_value")
+    return {k: v for k, v in {"tool_choice": choice, "response_format": fmt}.items() if v is not None}
+
+
 def _links(sid: str, after: str = "0-0") -> dict[str, str]:
     q = "" if after == "0-0" else f"?after={after}"
     return {"ws_url": f"/v1/sessions/{sid}/ws{q}", "events_url": f"/v1/sessions/{sid}/events{q}"}
@@ -62,7 +81,7 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
                  max_tokens=body.max_tokens)
     tools, client = await resolve_tools(request.app.state.catalog, body.tools)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-              "seed": body.seed, "stop": body.stop}
+              "seed": body.seed, "stop": body.stop, **_intent(body, tools)}
     o = ops(request)
     messages = [m.as_dict() for m in body.messages]
     sid = await o.create(who, messages, tools=tools, client_tools=client,

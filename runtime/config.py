@@ -64,6 +64,8 @@ class Config:
     tool_format: str = opt("hermes", "the model's tool-call format (see `workers.parser.FORMATS`)",
                            "decode", "parser", "gateway")
     reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
+    grammar_auto: str = opt("on", "tool_choice auto with tools: a call's name and arguments are held to the offered "
+                                  "tools (on) or free (off); no tools never allows a call", "decode")
     coalesce_tokens: int = opt(4, "token-log chunking: at most this many tokens per chunk", "decode")
     coalesce_ms: float = opt(15.0, "token-log chunking: at most this long between chunks (the first token "
                                    "goes at once)", "decode")
@@ -133,7 +135,8 @@ class Config:
 
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
-            "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"}}
+            "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
+            "grammar_auto": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
              "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")

@@ -1,4 +1,4 @@
-"""The ReplayEngine test double: scripted turns, and how it treats a forced prefill."""
+"""The ReplayEngine test double: scripted turns, a forced prefill, and the request's grammar."""
 
 from __future__ import annotations
 
@@ -34,3 +34,39 @@ async def test_a_script_continues_the_prefill_and_one_that_disagrees_is_an_error
     assert await _text(engine, _request('<tool_call>\n{"name": "get_time", "arguments":')) == ' {"timezone": "UTC"}}\n</tool_call>'
     with pytest.raises(ReplayEngineError, match="does not begin with the forced"):
         await _text(engine, _request('<tool_call>\n{"name": "get_weather"'))
+
+
+def _constrained(params: dict, tools: list[dict], script: str, max_tokens: int = 500) -> GenerateRequest:
+    from workers.decode.constraints import constraint_for
+
+    return GenerateRequest(rid="r", session="s", messages=[{"role": "user", "content": "time?"}], tools=tools,
+                           params=SamplingParams(max_tokens=max_tokens), metadata={"replay": [script]},
+                           constraint=constraint_for("hermes", None, tools, params))
+
+
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+async def test_a_script_that_follows_the_requests_grammar_streams() -> None:
+    engine = ReplayEngine(MODEL, rate=10_000)
+    assert await _text(engine, _constrained({}, [TIME], "Let me look. " + CALL)) == "Let me look. " + CALL
+    assert await _text(engine, _constrained({"tool_choice": "required"}, [TIME, WEATHER], CALL)) == CALL
+    assert await _text(engine, _constrained({}, [], "No tools, no calls.")) == "No tools, no calls."
+    cut = await _text(engine, _constrained({"tool_choice": "required"}, [TIME], CALL, max_tokens=5))
+    assert CALL.startswith(cut)  # cut by max_tokens: a prefix of a grammatical turn is fine
+
+
+@pytest.mark.parametrize("params,tools,script,why", [
+    ({}, [], CALL, "no tools: a call cannot begin"),
+    ({"tool_choice": "none"}, [TIME], CALL, "none: a call cannot begin"),
+    ({}, [WEATHER], CALL, "a tool the request did not offer"),
+    ({"tool_choice": "required"}, [TIME], "It is noon.", "required: the turn must be a call"),
+    ({"tool_choice": {"name": "get_weather"}}, [TIME, WEATHER], CALL, "the named tool is another"),
+    ({}, [TIME], CALL.replace('"UTC"', "3"), "arguments off the schema"),
+])
+async def test_a_script_that_breaks_the_requests_grammar_is_refused(params: dict, tools: list, script: str,
+                                                                     why: str) -> None:
+    with pytest.raises(ReplayEngineError, match="breaks the request's grammar"):
+        await _text(ReplayEngine(MODEL, rate=10_000), _constrained(params, tools, script))

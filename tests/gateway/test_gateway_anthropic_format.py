@@ -182,9 +182,11 @@ def test_tools_tool_choice_and_sampling() -> None:
     named = plan(messages=[{"role": "user", "content": "x"}], tools=tools,
                  tool_choice={"type": "tool", "name": "b", "disable_parallel_tool_use": True})
     assert [t["function"]["name"] for t in named.tools] == ["b"] and named.named == "b" and not named.parallel
-    assert named.params["prefill"] == '<tool_call>\n{"name": "b", "arguments":'
+    # the decoder holds the turn to the choice (workers.decode.constraints); the plan records it
+    assert named.params["tool_choice"] == {"type": "tool", "name": "b"}
+    assert named.params["parallel_tool_calls"] is False
     assert plan(messages=[{"role": "user", "content": "x"}], tools=tools,
-                tool_choice={"type": "any"}).params["prefill"] == "<tool_call>\n"
+                tool_choice={"type": "any"}).params["tool_choice"] == {"type": "any"}
     none = plan(messages=[{"role": "user", "content": "x"}], tools=tools, tool_choice={"type": "none"})
     assert none.tools == [] and not none.offer_tools
 

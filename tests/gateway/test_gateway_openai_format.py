@@ -152,21 +152,28 @@ def test_a_failed_session_raises() -> None:
         run([ContentDelta(text="x"), ErrorEvent(message="boom"), SessionEnded(reason="error")])
 
 
-def test_required_and_named_tool_choice_force_the_turns_opener() -> None:
+def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar() -> None:
     from gateway.bodies import ChatRequest
     from gateway.openai_api import plan_chat
     from runtime.config import load_config
+    from workers.decode.constraints import Calls, constraint_for
 
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
 
-    def prefill(choice: Any, **cfg: Any) -> str | None:
-        body = ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                           "tools": tools, "tool_choice": choice})
-        return plan_chat(load_config(served_model_name="m", **cfg), body).params.get("prefill")
+    def plan(**req: Any) -> Any:
+        body = ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **req})
+        p = plan_chat(load_config(served_model_name="m"), body)
+        return p, constraint_for("hermes", None, p.tools, p.params)
 
     named = {"type": "function", "function": {"name": "b"}}
-    assert prefill("required") == "<tool_call>\n"
-    assert prefill(named) == '<tool_call>\n{"name": "b", "arguments":'
-    assert prefill(named, tool_format="pythonic") == "[b("
-    assert prefill("auto") is None and prefill("none") is None and prefill(None) is None
-    assert prefill("required", reasoning="think") is None  # a reasoning model thinks first: not forced
+    p, c = plan(tools=tools, tool_choice=named)
+    assert p.params["tool_choice"] == named and "prefill" not in p.params
+    assert c.calls is Calls.REQUIRED and [t.name for t in c.tools] == ["b"]
+    assert plan(tools=tools, tool_choice="required")[1].calls is Calls.REQUIRED
+    assert plan(tools=tools)[1].calls is Calls.ALLOWED
+    assert plan(tools=tools, tool_choice="none")[1].calls is Calls.FORBIDDEN
+    assert plan()[1].calls is Calls.FORBIDDEN  # no tools: no call can begin
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    p, c = plan(response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}})
+    assert c.answer_schema == {**schema, "additionalProperties": False}
+    assert plan(response_format={"type": "json_object"})[1].answer_schema == {"type": "object"}

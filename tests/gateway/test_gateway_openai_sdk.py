@@ -96,16 +96,18 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
         return client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS,
                                               extra_body={"replay": script}, **kw).choices[0]
 
-    none = ask(tool_choice="none")
+    none = ask(["Not calling anything."], tool_choice="none")
     assert none.message.tool_calls is None and none.finish_reason == "stop"
+    with pytest.raises(openai.InternalServerError, match="breaks the request's grammar"):
+        ask(tool_choice="none")  # a script that calls under "none" is refused, as a grammar refuses a model
     single = ask(parallel_tool_calls=False)
     assert [c.function.name for c in single.message.tool_calls] == ["get_weather"]
-    # required / named force the turn's opening: a script (like a model) continues from it
     required = ask([WEATHER_CALL + "\n" + TIME_CALL], tool_choice="required")
     assert required.finish_reason == "tool_calls" and len(required.message.tool_calls) == 2
-    named = ask([TIME_CALL + "\n" + WEATHER_CALL],  # the other call is dropped
-                tool_choice={"type": "function", "function": {"name": "get_time"}})
+    named = ask([TIME_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
+    with pytest.raises(openai.InternalServerError, match="breaks the request's grammar"):
+        ask([TIME_CALL + "\n" + WEATHER_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
 
 
 def test_invalid_requests_get_openai_errors(client: openai.OpenAI) -> None:

@@ -5,8 +5,13 @@ a list of jinja2 templates, one per assistant turn), rendered with the tool resu
 precede the turn, then tokenised with a real tokenizer and streamed token by token at a
 fixed rate.  It lets the pipeline, the benchmarks and the tests run without model compute.
 
+A request's ``constraint`` is checked like a model's grammar would hold it: a script whose text
+breaks it (a call no tool offers, arguments off their schema, a call when none may begin) is
+refused with ``ReplayEngineError`` instead of being streamed.
+
 Template variables: ``results`` (contents of the tool messages that end the conversation),
-``user`` (the last user message), ``turn`` (index of this assistant turn).
+``user`` (the last user message), ``turn`` (index of this assistant turn), ``tools`` (names of
+the offered tools: a script that calls only what is offered, as a model under a grammar must).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import jinja2
 from tokenizers import Tokenizer
 
+from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import GenerateDelta, GenerateRequest
 
 NO_SCRIPT = "I have no scripted reply for this turn."
@@ -89,6 +95,7 @@ class ReplayEngine:
         self._aborted: set[str] = set()
         self._running = 0
         self.tokens_out = 0
+        self._grammars: GrammarCompiler | None = None
 
     async def start(self) -> None:
         return None
@@ -105,13 +112,29 @@ class ReplayEngine:
         user = next((str(m.get("content", "")) for m in reversed(req.messages) if m.get("role") == "user"), "")
         try:
             text = self._env.from_string(script[turn]).render(
-                results=_trailing_tool_results(req.messages), user=user, turn=turn)
+                results=_trailing_tool_results(req.messages), user=user, turn=turn,
+                tools=[(t.get("function") or t).get("name") for t in req.tools or ()])
         except jinja2.TemplateError as exc:
             raise ReplayEngineError(f"replay script turn {turn}: {exc}") from exc
         if not text.startswith(req.params.prefill):  # a model continues the prefill; a script must agree
             raise ReplayEngineError(f"replay script turn {turn} does not begin with the forced "
                                     f"{req.params.prefill[:40]!r}")
+        self._check_grammar(req, text, turn)
         return text[len(req.params.prefill):]
+
+    def _check_grammar(self, req: GenerateRequest, text: str, turn: int) -> None:
+        """Refuse a scripted turn that the request's constraint would not let a model write."""
+        if req.constraint is None:
+            return
+        if self._grammars is None:
+            eos = self.tok.token_to_id("<|im_end|>")
+            self._grammars = GrammarCompiler(self.tok.to_str(), [eos] if eos is not None else [])
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        limit = len(self.tok.encode(req.params.prefill, add_special_tokens=False).ids) + req.params.max_tokens
+        why = self._grammars.violation(req.constraint, ids[:limit], complete=len(ids) <= limit)  # a cut text: a prefix
+        if why is not None:
+            raise ReplayEngineError(f"replay script turn {turn} breaks the request's grammar "
+                                    f"({req.constraint.calls.value} calls, format {req.constraint.format}): {why}")
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
         ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids

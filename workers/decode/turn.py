@@ -27,6 +27,7 @@ from schemas import keys
 from schemas.codec import encode
 from schemas.events import Event, ParseTurn, TokenChunk, TokenEnd, TurnRestarted, TurnStarted
 from workers.decode.chunks import AbortCheck, Coalescer
+from workers.decode.constraints import turn_constraint
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 
 if TYPE_CHECKING:
@@ -51,7 +52,9 @@ class TurnRun:
         messages = await self.w.sessions.messages(self.sid)
         self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
-                                   continuation=self.continuation, turn=self.turn, metadata=self.info.meta)
+                                   continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
+                                   constraint=turn_constraint(self.w.cfg, self.info.tools, self.info.params,
+                                                              self.continuation))
         await self._announce()
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
