@@ -1,6 +1,6 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
-Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
+Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.sessions``,
 ``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
 schema.  Every error is in OpenAI's shape (``gateway.errors``).
@@ -66,7 +66,8 @@ def create_app(cfg: Config) -> FastAPI:
     errors.install(app)
     app.add_exception_handler(RelayUnavailable, _unavailable)
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes)
-    app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
+    app.add_middleware(AuthMiddleware)  # authenticate before reading the body
+    app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)

@@ -4,11 +4,15 @@
 
 ``ApiError`` is the one exception the routes raise; the handlers installed by ``install``
 also turn request-validation failures (400), unknown routes and Starlette's HTTP errors into
-that shape, and anything unexpected into a 500 that names no internals.
+that shape.  Anything unexpected is caught by ``ErrorBoundary``, the outermost middleware: one
+logged traceback and a 500 that names no internals.  (Not an ``Exception`` handler: Starlette
+runs that one in its ``ServerErrorMiddleware``, which re-raises after responding, so uvicorn
+logs the traceback again and closes the keep-alive connection.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -115,7 +119,40 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
         return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response()
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # the outermost boundary
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return ApiError(500, "internal server error", type="server_error").response()
+
+class ErrorBoundary:
+    """The outermost middleware: an unexpected exception is logged once and answered with a 500
+    (an HTTP response already under way is left unfinished, so the server closes that connection)
+    or a WebSocket close 1011.  Nothing is re-raised to the server."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        answered = False  # an HTTP response started, or the WebSocket closed or refused
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal answered
+            answered = answered or message["type"] in _ANSWERS
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:  # the gateway's outermost boundary
+            log.exception("unhandled error on %s %s", scope.get("method", "WEBSOCKET"), scope.get("path"))
+            if not answered:
+                await _answer_500(scope, receive, send)
+
+
+_ANSWERS = {"http.response.start", "websocket.close", "websocket.http.response.start"}
+
+
+async def _answer_500(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "http":
+        await ApiError(500, "internal server error", type="server_error").response()(scope, receive, send)
+        return
+    with contextlib.suppress(Exception):  # the socket may be gone already
+        await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})

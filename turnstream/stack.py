@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 import httpx
 import redis
@@ -34,14 +35,15 @@ def child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def spawn(args: list[str], cfg: Config) -> subprocess.Popen:
+def spawn(args: list[str], cfg: Config, output: IO[bytes] | None = None) -> subprocess.Popen:
+    """``turnstream ARGS`` as a child; its stdout and stderr go to ``output`` (default: ours)."""
     return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=child_env(cfg),
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, stdout=output, stderr=output)
 
 
-def spawn_kind(kind: str, cfg: Config) -> subprocess.Popen:
+def spawn_kind(kind: str, cfg: Config, output: IO[bytes] | None = None) -> subprocess.Popen:
     """One process of ``kind``: a worker kind (decode, parser, tools) or ``gateway``."""
-    return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg)
+    return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg, output)
 
 
 def start_processes(cfg: Config, kinds: list[str]) -> list[tuple[str, subprocess.Popen]]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +19,7 @@ from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
 from turnstream.embedded import free_port
-from turnstream.stack import start_processes, stop_all
+from turnstream.stack import spawn_kind, stop_all, wait_healthy
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"
@@ -34,6 +38,14 @@ class GwStack:
     cfg: Config
     url: str
     procs: list = field(default_factory=list)
+    log_path: Path | None = None  # the gateway's stdout and stderr
+
+    def gateway_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def tracebacks(self) -> int:
+        """How many tracebacks the gateway has logged so far."""
+        return self.gateway_log().count("Traceback (most recent call last)")
 
     @property
     def ws(self) -> str:
@@ -44,6 +56,10 @@ class GwStack:
 
     def stop(self) -> None:
         stop_all(self.procs)
+        if self.log_path is not None:
+            sys.stderr.write(self.gateway_log())  # shown with a failing test's captured output
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
+            self.log_path = None
 
 
 def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides: Any) -> GwStack:
@@ -56,7 +72,14 @@ def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides
     settings.update(overrides)
     cfg = load_config(**settings)
     stack = GwStack(cfg, f"http://{cfg.host}:{cfg.port}")
-    stack.procs = [p for _, p in start_processes(cfg, [k for k in kinds if k != "gateway"] + ["gateway"])]
+    stack.log_path = Path(tempfile.mkdtemp(prefix="turnstream-gw-")) / "gateway.log"
+    with stack.log_path.open("wb") as log:
+        stack.procs = [spawn_kind(k, cfg) for k in kinds if k != "gateway"] + [spawn_kind("gateway", cfg, log)]
+    try:
+        wait_healthy(stack.url, stack.procs)
+    except BaseException:
+        stack.stop()
+        raise
     return stack
 
 
