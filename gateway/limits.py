@@ -1,7 +1,8 @@
 """Request limits: body size (413), counts (400), and the per-key rate limit (429).
 
 * ``BodyLimitMiddleware`` reads at most ``max_request_bytes`` of an HTTP body before the app
-  sees it (a larger ``Content-Length`` is refused unread) and replays it to the app.
+  sees it (a larger ``Content-Length`` is refused unread), runs ``check`` on it (the JSON edge,
+  ``gateway.strict_json``) and replays it to the app.
 * ``check_counts`` enforces the configured message, tool, turn and token limits.
 * ``RateLimiter`` is a token bucket per API key, kept in Redis so that every gateway replica
   shares it: ``rate_limit_rps`` tokens per second refill a bucket of ``rate_limit_burst``; a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -69,10 +71,11 @@ def too_large(limit: int) -> ApiError:
 
 
 class BodyLimitMiddleware:
-    """Refuses HTTP bodies over ``limit`` bytes with 413; smaller ones are buffered and replayed."""
+    """Refuses HTTP bodies over ``limit`` bytes with 413; smaller ones are buffered, passed to
+    ``check`` (which raises an ApiError to refuse one) and replayed."""
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: Any, limit: int, check: Callable[[dict[str, Any], bytes], None] | None = None) -> None:
+        self.app, self.limit, self.check = app, limit, check
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -85,6 +88,12 @@ class BodyLimitMiddleware:
         body = await self._read(receive)
         if body is None:
             await reject(scope, receive, send, too_large(self.limit))
+            return
+        try:
+            if self.check is not None:
+                self.check(scope, body)
+        except ApiError as err:
+            await reject(scope, receive, send, err)
             return
         await self.app(scope, _replay(body, receive), send)
 

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from gateway import strict_json
 from gateway.auth import Principal, reject, select_subprotocol
 from gateway.bodies import ToolResultIn
 from gateway.errors import ApiError
@@ -158,16 +159,16 @@ class WsSession:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 return
-            text = msg.get("text")
-            if text is None:
-                text = (msg.get("bytes") or b"").decode("utf-8", errors="replace")
-            self.handling = asyncio.ensure_future(self._on_message(text))
+            data = msg.get("text")
+            if data is None:
+                data = msg.get("bytes") or b""
+            self.handling = asyncio.ensure_future(self._on_message(data))
             await asyncio.shield(self.handling)  # a reply in progress survives the end of the stream
 
-    async def _on_message(self, text: str) -> None:
+    async def _on_message(self, data: str | bytes) -> None:
         try:
             await self.state.limiter.take(self.who)
-            reply = await self._dispatch(_json_object(text))
+            reply = await self._dispatch(_json_object(data))
         except ApiError as err:
             await self._send_json({"type": "error", **err.body()})
             return
@@ -187,11 +188,8 @@ class WsSession:
                        param="type", code="invalid_value")
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        msg = json.loads(text)
-    except json.JSONDecodeError:
-        raise ApiError(400, "message is not valid JSON", code="invalid_json") from None
+def _json_object(data: str | bytes) -> dict[str, Any]:
+    msg = strict_json.loads(data)
     if not isinstance(msg, dict):
         raise ApiError(400, "message must be a JSON object", code="invalid_value")
     return msg
