@@ -50,22 +50,67 @@ def not_found(what: str, code: str = "not_found") -> ApiError:
     return ApiError(404, f"{what} not found", code=code)
 
 
-def _param(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or None
+_SOURCES = ("body", "query", "path", "header", "cookie")
+_TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")
+
+
+def _client_path(error: dict[str, Any], body: Any) -> list[str | int]:
+    """The parts of a pydantic error's ``loc`` that name places in what the client sent.
+
+    ``loc`` also names union members (``constrained-str``, ``ToolDef``, ``literal[...]``): a
+    part is kept only where the client's value has that key or index (or it is the missing
+    field itself), so those drop out.
+    """
+    loc = list(error.get("loc", ()))
+    if loc and loc[0] in _SOURCES:
+        source, loc = loc[0], loc[1:]
+        if source != "body":
+            return loc
+    parts: list[str | int] = []
+    node = body
+    for i, part in enumerate(loc):
+        if isinstance(node, (dict, list)) and _has(node, part):
+            parts.append(part)
+            node = node[part]
+        elif i == len(loc) - 1 and error.get("type") == "missing":
+            parts.append(part)
+    if error.get("type") in _TAG_ERRORS:
+        parts.append(str(error.get("ctx", {}).get("discriminator", "")).strip("'\"") or "type")
+    return parts
+
+
+def _has(node: dict | list, part: str | int) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(part, int) and 0 <= part < len(node)
+
+
+def format_param(parts: list[str | int]) -> str | None:
+    """``["messages", 2, "content"]`` -> ``"messages[2].content"`` (OpenAI's ``param``)."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def invalid(errors: list[dict[str, Any]], body: Any) -> ApiError:
+    """A 400 for the validation error that reaches deepest into the client's value (of the errors
+    pydantic reports for each member of a union, the one about the member the client meant)."""
+    if not errors:
+        return ApiError(400, "invalid request", code="invalid_value")
+    paths = [_client_path(e, body) for e in errors]
+    best = max(range(len(errors)), key=lambda i: len(paths[i]))  # the first on a tie
+    param = format_param(paths[best])
+    msg = errors[best].get("msg", "invalid value")
+    return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
 
 
 def validation_error(exc: RequestValidationError) -> ApiError:
-    """The first validation problem, as a 400 naming the offending parameter."""
+    """The validation problem that names the client's field most precisely, as a 400."""
     errors = exc.errors()
-    if not errors:
-        return ApiError(400, "invalid request")
-    first = errors[0]
-    param = _param(tuple(first.get("loc", ())))
-    msg = first.get("msg", "invalid value")
-    if first.get("type") == "json_invalid":
+    if errors and errors[0].get("type") == "json_invalid":
         return ApiError(400, "the request body is not valid JSON", code="invalid_json")
-    return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
+    return invalid(list(errors), exc.body)
 
 
 _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {

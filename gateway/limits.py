@@ -139,11 +139,12 @@ def _replay(body: bytes, receive: Any) -> Any:
 
 
 def check_counts(cfg: Config, *, messages: int | None = None, tools: int | None = None,
-                 max_turns: int | None = None, max_tokens: int | None = None) -> None:
-    """Raise a 400 ApiError naming the first configured limit a request exceeds."""
+                 max_turns: int | None = None, max_tokens: int | None = None, tokens_param: str = "max_tokens") -> None:
+    """Raise a 400 ApiError naming the first configured limit a request exceeds (``max_tokens``
+    under the name the client sent it as, ``tokens_param``)."""
     for param, value, limit in (("messages", messages, cfg.max_messages), ("tools", tools, cfg.max_tools),
                                 ("max_turns", max_turns, cfg.max_turns_limit),
-                                ("max_tokens", max_tokens, cfg.max_tokens_limit)):
+                                (tokens_param, max_tokens, cfg.max_tokens_limit)):
         if value is not None and value > limit:
             raise ApiError(400, f"{param}: {value} exceeds this server's limit of {limit}", param=param,
                            code="limit_exceeded")

@@ -101,7 +101,8 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     if body.response_format and body.response_format.type != "text":
         raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
-    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens,
+                 tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     tools = [t.as_dict() for t in body.tools or []]
     named = _check_tool_choice(body, [t["function"]["name"] for t in tools])
     offer = body.tool_choice != "none"

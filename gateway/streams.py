@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from gateway import strict_json
+from gateway import errors, strict_json
 from gateway.auth import Principal, reject, select_subprotocol
 from gateway.bodies import ToolResultIn
 from gateway.errors import ApiError
@@ -199,6 +199,4 @@ def _tool_result(msg: dict[str, Any]) -> ToolResultIn:
     try:
         return ToolResultIn.model_validate({k: v for k, v in msg.items() if k != "type"})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise ApiError(400, f"{param}: {first.get('msg')}", param=param, code="invalid_value") from None
+        raise errors.invalid(exc.errors(), msg) from None
