@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import jinja2
-import jsonschema
 from pydantic import BaseModel, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
+
+from gateway import tool_schemas
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 _jinja = jinja2.Environment(autoescape=False)
@@ -36,6 +37,8 @@ def flatten(content: Content) -> str | None:
 
 
 class FunctionDef(BaseModel):
+    """A function; without ``parameters`` it takes no arguments (``gateway.tool_schemas``)."""
+
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -45,10 +48,7 @@ class FunctionDef(BaseModel):
     @classmethod
     def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            try:
-                jsonschema.validators.validator_for(v).check_schema(v)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+            tool_schemas.check(v)
         return v
 
 
@@ -59,7 +59,10 @@ class ToolDef(BaseModel):
     function: FunctionDef
 
     def as_dict(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        """The definition as stored and rendered: ``parameters`` always written out."""
+        out = self.model_dump(exclude_none=True)
+        out["function"]["parameters"] = tool_schemas.normalise(self.function.parameters)
+        return out
 
 
 class FunctionCall(BaseModel):
@@ -135,13 +138,14 @@ Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage
 class CreateSession(BaseModel):
     """``POST /v1/sessions``: a server-side agent loop.
 
-    ``tools``: a name picks a server tool of the registry (run by the tool workers); a full
-    function definition declares a client tool (its calls are sent to the client, which posts
-    the result).  Omitted: every server tool.
+    ``tools``: a name picks a server tool of the registry (run by the tool workers); a function
+    definition (``{"type": "function", "function": {...}}``, or the bare function) declares a
+    client tool (its calls are sent to the client, which posts the result).  Omitted: every
+    server tool.
     """
 
     messages: list[Message] = Field(min_length=1)
-    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)] | ToolDef] | None = None
+    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)] | ToolDef | FunctionDef] | None = None
     max_turns: int | None = Field(default=None, ge=1)
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
@@ -151,6 +155,13 @@ class CreateSession(BaseModel):
     replay: Replay = None
 
     _replay = field_validator("replay")(_check_replay)
+
+    @field_validator("tools")
+    @classmethod
+    def _bare_functions(cls, v: list[str | ToolDef | FunctionDef] | None) -> list[str | ToolDef] | None:
+        """A bare function is read as ``{"type": "function", "function": ...}``."""
+        return None if v is None else [ToolDef(type="function", function=t) if isinstance(t, FunctionDef) else t
+                                       for t in v]
 
 
 class AddMessage(BaseModel):
