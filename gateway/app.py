@@ -1,8 +1,9 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
-Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
-``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes (``gateway.openai_api``, ``gateway.sessions``,
-``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
+Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
+``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
+``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
+(``gateway.openai_api``, ``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
 schema.  Every error is in OpenAI's shape (``gateway.errors``).
 """
 
@@ -20,7 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from gateway import errors, strict_json
 from gateway.auth import AuthMiddleware, KeyRing
-from gateway.limits import BodyLimitMiddleware, RateLimiter
+from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
@@ -67,6 +68,7 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_exception_handler(RelayUnavailable, _unavailable)
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes, check=strict_json.check_body)
     app.add_middleware(AuthMiddleware)  # authenticate before reading the body
+    app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
     app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
     app.include_router(sessions_router)

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
           413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
-          429: "rate_limit_error"}
+          429: "rate_limit_error", 431: "invalid_request_error"}
 
 
 class ApiError(Exception):
@@ -119,7 +119,7 @@ _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error"
                    "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
 _DOCUMENTED = {"400": "invalid request", "401": "missing or invalid API key", "404": "not found (or another key's)",
                "409": "conflict with the session's state", "413": "request body too large",
-               "429": "rate limit exceeded (Retry-After)"}
+               "429": "rate limit exceeded (Retry-After)", "431": "request headers too large"}
 
 
 def document(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Request limits: body size (413), counts (400), and the per-key rate limit (429).
+"""Request limits: header size (431), body size (413), counts (400), and the per-key rate limit (429).
 
+* ``HeaderLimitMiddleware`` refuses a request (HTTP or a WebSocket handshake) whose header
+  names and values total more than ``max_header_bytes`` (the HTTP server sets no such limit).
 * ``BodyLimitMiddleware`` reads at most ``max_request_bytes`` of an HTTP body before the app
   sees it (a larger ``Content-Length`` is refused unread), runs ``check`` on it (the JSON edge,
   ``gateway.strict_json``) and replays it to the app.
@@ -68,6 +70,20 @@ class RateLimiter:
 
 def too_large(limit: int) -> ApiError:
     return ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
+
+
+class HeaderLimitMiddleware:
+    """Refuses requests whose headers total more than ``limit`` bytes with 431, before anything reads them."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
+            await reject(scope, receive, send, ApiError(431, f"request headers exceed {self.limit} bytes",
+                                                        code="request_headers_too_large"))
+            return
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -70,6 +70,7 @@ class Config:
     api_keys_file: str = ""  # one key (plaintext or "sha256:<hex>") per line, '#' comments
     served_model_name: str = ""  # the model id of /v1/models; default: the model directory's name
     max_request_bytes: int = 1_048_576
+    max_header_bytes: int = 32_768  # all of a request's header names and values together
     max_messages: int = 512
     max_tools: int = 128
     max_turns_limit: int = 64
@@ -129,7 +130,7 @@ def _validate(cfg: Config) -> None:
         if value not in allowed:
             raise ConfigError(f"{name}: invalid value {value!r}; expected one of {sorted(allowed)}")
     for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
-                 "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
+                 "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
                  "rate_limit_burst", "relay_queue_size"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
