@@ -148,7 +148,8 @@ async def chat_completions(body: ChatRequest, request: Request,
                            meta=plan.meta, oneshot=True)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
-                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))
+                                    frozenset(names), plan.offer_tools, plan.named, body.parallel_tool_calls,
+                                    include_usage))
     relay: Relay = state.relay
     sub = await relay.subscribe(sid, (0, 0), stop_turn=0)
     await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))

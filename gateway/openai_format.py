@@ -18,9 +18,10 @@ not -- possible only with random sampling).  ``response()`` is the non-streaming
 built from the same state, so both modes return the same message.
 
 Policies applied to the output (the decoder only forces how a turn begins, see
-``gateway.openai_api``): with ``tool_choice: "none"`` calls are not returned; with a named
-function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only the
-first call is returned.
+``gateway.openai_api``): only calls of offered functions (``ChatOptions.tools``) are returned,
+so with no tools there are none; with ``tool_choice: "none"`` calls are not returned; with a
+named function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only
+the first call is returned.  ``finish_reason`` is ``tool_calls`` only when a call was returned.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ChatOptions:
     model: str
     created: int
     call_id_base: str  # returned call ids are call_id_base + output index
+    tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
     offer_tools: bool = True  # False for tool_choice "none"
     named: str | None = None  # the function named by tool_choice
     parallel: bool = True
@@ -144,7 +146,8 @@ class ChatStream:
             self.finish_reason = body.reason
 
     def _offered(self, name: str) -> bool:
-        return self.opts.offer_tools and (not self.opts.named or name == self.opts.named)
+        o = self.opts
+        return o.offer_tools and name in o.tools and (not o.named or name == o.named)
 
     def _begin(self, body: ToolCallBegin) -> list[dict[str, Any]]:
         if not self._offered(body.name):
