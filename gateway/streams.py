@@ -2,7 +2,8 @@
 
 Both relay ``ts:s:{sid}:ev`` through the process's shared reader (``gateway.relay``), from
 ``after`` (query ``?after=ID``; for SSE also the ``Last-Event-ID`` header) to the session's
-next ``session.ended`` event, then close.  Every frame is one event as JSON with its stream
+next ``session.ended`` event, then close -- at once when there is none to wait for (the session
+has ended and ``after`` is at or past its end).  Every frame is one event as JSON with its stream
 ``id``; a client that reconnects with the last id it received gets every later event
 exactly once.
 
@@ -64,7 +65,7 @@ async def session_events(sid: str, request: Request, after: str | None = Query(N
     start = parse_after(last_event_id or after)
     info = await request.app.state.ops.owned(sid, who)
     relay: Relay = request.app.state.relay
-    sub = await relay.subscribe(sid, start, stop_turn=info.turn)
+    sub = await relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     return EventStreamResponse(_sse_body(relay, sub), abort=sub.ended)
 
 
@@ -90,7 +91,7 @@ async def session_ws(ws: WebSocket, sid: str, after: str | None = Query(None)) -
         await reject(ws.scope, ws.receive, ws.send, err)
         return
     await ws.accept(subprotocol=select_subprotocol(ws.scope))
-    sub = await app.relay.subscribe(sid, start, stop_turn=info.turn)
+    sub = await app.relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     try:
         await WsSession(ws, sub, app.ops, who, app).run()
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import shutil
@@ -118,6 +119,18 @@ async def create_session(url: str, body: dict[str, Any], headers: dict[str, str]
         resp = await http.post("/v1/sessions", json=body)
     assert resp.status_code == 201, resp.text
     return resp.json()["id"]
+
+
+async def wait_for_subscribers(url: str, n: int, timeout_s: float = 10.0) -> None:
+    """Until the gateway relays ``n`` subscriptions (its ``/metrics``), or fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        while True:
+            text = (await http.get("/metrics")).text
+            if f"turnstream_relay_subscribers {float(n)}" in text:
+                return
+            assert asyncio.get_running_loop().time() < deadline, f"never {n} subscribers"
+            await asyncio.sleep(0.02)
 
 
 async def read_ws(ws_url: str, limit: int | None = None, **kw: Any) -> list[dict[str, Any]]:
