@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from gateway import errors, strict_json
 from gateway.auth import AuthMiddleware, KeyRing
+from gateway.context import ContextCheck
 from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
@@ -49,6 +50,7 @@ def create_app(cfg: Config) -> FastAPI:
         s.registry = await open_registry(cfg.tools_config or None)  # the server tools sessions may use
         s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
         s.ops = SessionOps(cfg, s.redis, s.metrics)
+        s.context = ContextCheck(s.redis, cfg.model)
         reader = bus.connect(cfg.redis_url)
         s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
         await s.relay.start()

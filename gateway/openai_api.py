@@ -142,10 +142,13 @@ async def chat_completions(body: ChatRequest, request: Request,
     """OpenAI chat completion (streaming and not), tools returned to the client."""
     state = request.app.state
     plan = plan_chat(state.cfg, body)
+    max_tokens = await state.context.fits(plan.messages, plan.tools, max_tokens=plan.params["max_tokens"],
+                                          sent=bool(body.max_completion_tokens or body.max_tokens),
+                                          prefill=plan.params.get("prefill") or "")
     ops: SessionOps = state.ops
     names = [t["function"]["name"] for t in plan.tools]
-    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names, params=plan.params, max_turns=1,
-                           meta=plan.meta, oneshot=True)
+    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names,
+                           params={**plan.params, "max_tokens": max_tokens}, max_turns=1, meta=plan.meta, oneshot=True)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
                                     frozenset(names), plan.offer_tools, plan.named, body.parallel_tool_calls,
@@ -221,4 +224,6 @@ def _failure(exc: Exception) -> ApiError:
     if isinstance(exc, Dropped):
         return ApiError(503, f"the event relay dropped this request ({exc.reason})", type="server_error",
                         code="relay_dropped")
+    if isinstance(exc, UpstreamError) and exc.code == "context_length_exceeded":  # a decoder measured it
+        return ApiError(400, str(exc), param="messages", code=exc.code)
     return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")

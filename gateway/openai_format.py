@@ -38,7 +38,11 @@ class Diverged(Exception):
 
 
 class UpstreamError(Exception):
-    """The session failed (an ``error`` event, or ended with reason "error")."""
+    """The session failed (an ``error`` event, or ended with reason "error"); ``code`` is the event's."""
+
+    def __init__(self, message: str, code: str = "internal") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class ChatStream:
         self._role_sent = False
         self.finish_reason: str | None = None
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-        self.error: str | None = None
+        self.error: ErrorEvent | None = None
         self.ended = False
 
     # ------------------------------------------------------------------ events in
@@ -125,7 +129,7 @@ class ChatStream:
             case TurnRestarted():
                 self._restart(self._attempt)
             case ErrorEvent():
-                self.error = body.message
+                self.error = body
             case SessionEnded():
                 self._end(body)
         return []
@@ -140,8 +144,10 @@ class ChatStream:
 
     def _end(self, body: SessionEnded) -> None:
         self.ended = True
-        if body.reason == "error" or self.error:
-            raise UpstreamError(self.error or "the session failed")
+        if self.error is not None:
+            raise UpstreamError(self.error.message, self.error.code)
+        if body.reason == "error":
+            raise UpstreamError("the session failed")
         if self.finish_reason is None:
             self.finish_reason = body.reason
 

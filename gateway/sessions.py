@@ -60,10 +60,12 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
     tools, client = resolve_tools(request.app.state.registry, body.tools)
+    messages = [m.as_dict() for m in body.messages]
+    await request.app.state.context.fits(messages, tools, max_tokens=body.max_tokens,
+                                         sent="max_tokens" in body.model_fields_set)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop}
     o = ops(request)
-    messages = [m.as_dict() for m in body.messages]
     sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
     await o.start(sid, route_key=conversation_key(messages, tools))
@@ -84,8 +86,20 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     Subscribe with ``after`` (the event id before the new turn) to follow just the new turn.
     """
     check_counts(request.app.state.cfg, max_turns=body.max_turns)
-    turn, after = await ops(request).add_message(sid, who, flatten(body.content) or "", body.max_turns)
+    content = flatten(body.content) or ""
+    await _fits_after(request, sid, who, content)
+    turn, after = await ops(request).add_message(sid, who, content, body.max_turns)
     return {"id": sid, "status": "active", "turn": turn, "after": after, **_links(sid, after)}
+
+
+async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
+    """400 when the stored conversation and ``content`` already cannot fit the context (the last
+    turn's own reply is not counted: a decoder refuses what this lets through)."""
+    o = ops(request)
+    info = await o.owned(sid, who)
+    messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
+    await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
+                                         sent=False)
 
 
 @router.post("/v1/sessions/{sid}/tool_results")

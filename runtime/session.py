@@ -207,8 +207,10 @@ async def end_session(sessions: Sessions, sid: str, turn: int, reason: str, cont
     await bus.expire_session(sessions.r, sid, turn + 1, ttl_s)
 
 
-async def fail_session(sessions: Sessions, entry: Any, message: str, ttl_s: int = 3600) -> None:
-    """A job of this session failed for good: tell the client and end the session (others go on)."""
+async def fail_session(sessions: Sessions, entry: Any, message: str, ttl_s: int = 3600,
+                       code: str = "worker_error") -> None:
+    """A job of this session failed for good: tell the client (an ``error`` event with ``code``)
+    and end the session (others go on)."""
     from schemas.codec import UndecodableEntry, decode_job, encode
     from schemas.events import ErrorEvent, Event
     from runtime import bus
@@ -219,6 +221,6 @@ async def fail_session(sessions: Sessions, entry: Any, message: str, ttl_s: int 
         return  # no session to tell
     turn = getattr(job, "turn", 0)
     ev = Event(sid=job.sid, turn=turn, attempt=0, seq=0, src="error", ts=time.time(),
-               body=ErrorEvent(message=message[:2000], code="worker_error"))
+               body=ErrorEvent(message=message[:2000], code=code))
     await sessions.publish_once(job.sid, f"err:{turn}", [(0, encode(ev))], bus.EVENT_STREAM_MAXLEN)
     await end_session(sessions, job.sid, turn, "error", ttl_s=ttl_s)

@@ -30,6 +30,7 @@ from runtime.barrier import Barrier, complete_turn
 from runtime.config import Config, default_worker_id
 from workers.decode.chunks import AbortCheck, Coalescer
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
+from workers.decode.errors import RequestTooLarge
 from runtime.session import Sessions, SessionInfo, fail_session
 from workers.tools.client import expire_overdue
 
@@ -152,9 +153,11 @@ class DecodeWorker:
             else:
                 raise UndecodableEntry(f"not a decode job: {type(job).__name__}")
             if done:
-                await self.reader.ack(entry)
-                if entry.stream != keys.DECODE_JOBS:
-                    await self.r.xdel(entry.stream, entry.id)
+                await self._ack(entry)
+        except RequestTooLarge as exc:  # the conversation outgrew the context: the client's, not a poison job
+            log.warning("decode %s: job %s refused: %s", self.me, entry.id, exc)
+            await fail_session(self.sessions, entry, str(exc), self.cfg.session_ttl_s, code="context_length_exceeded")
+            await self._ack(entry)
         except UndecodableEntry as exc:
             await bus.dead_letter(self.r, entry, str(exc), keys.DECODE_GROUP)
         except asyncio.CancelledError:
@@ -168,6 +171,11 @@ class DecodeWorker:
                                self.cfg.session_ttl_s)
         finally:
             self.inflight.pop(entry.id, None)
+
+    async def _ack(self, entry: bus.Entry) -> None:
+        await self.reader.ack(entry)
+        if entry.stream != keys.DECODE_JOBS:
+            await self.r.xdel(entry.stream, entry.id)
 
     async def _claim(self, sid: str, turn: int) -> int | None:
         """Attempt number if we now own the turn; None to drop the job; 0 to leave it pending."""
