@@ -51,6 +51,7 @@ StreamId = tuple[int, int]
 _ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _json = msgspec.json.Encoder()
 _IDLE = object()
+_MAX_PART = 2**64 - 1
 HISTORY_PAGE = 256
 
 
@@ -59,12 +60,14 @@ class InvalidStreamId(ValueError):
 
 
 def parse_id(text: str | bytes) -> StreamId:
-    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple."""
+    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple; both parts
+    are 64-bit unsigned, as in Redis."""
     s = text.decode() if isinstance(text, bytes) else text
     m = _ID.match(s.strip())
-    if not m:
-        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>")
-    return int(m.group(1)), int(m.group(2) or 0)
+    sid = (int(m.group(1)), int(m.group(2) or 0)) if m else None
+    if sid is None or max(sid) > _MAX_PART:
+        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>, each below 2**64")
+    return sid
 
 
 def fmt_id(i: StreamId) -> str:

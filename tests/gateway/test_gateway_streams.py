@@ -68,3 +68,17 @@ async def test_a_continued_session_is_followed_from_the_after_it_returns(gw: GwS
     http.post(f"/v1/sessions/{sid}/cancel")
     events = await asyncio.wait_for(sse, AT_ONCE_S)
     assert kinds(events) == ["session.ended"] and events[0]["turn"] == 1
+
+
+async def test_an_event_id_beyond_redis_ids_is_a_400(gw: GwStack, http: httpx.Client) -> None:
+    sid, _ = ended_session(http)
+    for after in ("1-18446744073709551616", "18446744073709551616-0", "99999999999999999999999-1"):
+        for where in ({"params": {"after": after}}, {"headers": {"Last-Event-ID": after}}):
+            resp = http.get(f"/v1/sessions/{sid}/events", **where)
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_event_id", resp.text
+        with pytest.raises(websockets.InvalidStatus) as exc:
+            async with websockets.connect(f"{gw.ws}/v1/sessions/{sid}/ws?after={after}"):
+                pass
+        assert exc.value.response.status_code == 400
+    ok = http.get(f"/v1/sessions/{sid}/events", params={"after": "18446744073709551615-18446744073709551615"})
+    assert ok.status_code == 200 and ok.text == ""  # the largest id Redis has: past the end
