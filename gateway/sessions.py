@@ -47,12 +47,23 @@ def resolve_tools(registry: Any, requested: list[str | ToolDef] | None) -> tuple
         raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
 
+def _openapi_links(status: int, *targets: str, after: bool = False) -> dict[int, dict[str, Any]]:
+    """OpenAPI links from a response that names the session (``id``) to the operations on it
+    (clients and stateful testers follow them: create -> continue, tool results, cancel, read)."""
+    links = {t: {"operationId": t, "parameters": {"sid": "$response.body#/id"}} for t in targets}
+    if after and "sessionEvents" in links:
+        links["sessionEvents"]["parameters"]["after"] = "$response.body#/after"
+    return {status: {"description": "the session", "links": links}}
+
+
 def _links(sid: str, after: str = "0-0") -> dict[str, str]:
     q = "" if after == "0-0" else f"?after={after}"
     return {"ws_url": f"/v1/sessions/{sid}/ws{q}", "events_url": f"/v1/sessions/{sid}/events{q}"}
 
 
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, operation_id="createSession",
+             responses=_openapi_links(201, "readSession", "addMessage", "postToolResults", "cancelSession",
+                                      "sessionEvents"))
 async def create_session(body: CreateSession, request: Request, who: Caller) -> dict[str, Any]:
     """Create a session and queue its first turn; follow it on ``ws_url`` or ``events_url``."""
     cfg = request.app.state.cfg
@@ -72,13 +83,16 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     return {"id": sid, "object": "session", "status": "active", **_links(sid)}
 
 
-@router.get("/v1/sessions/{sid}")
+@router.get("/v1/sessions/{sid}", operation_id="readSession",
+            responses=_openapi_links(200, "addMessage", "postToolResults", "cancelSession"))
 async def read_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """The session's status, current turn, conversation so far and last event id."""
     return await ops(request).read(sid, who)
 
 
-@router.post("/v1/sessions/{sid}/messages", status_code=202)
+@router.post("/v1/sessions/{sid}/messages", status_code=202, operation_id="addMessage",
+             responses=_openapi_links(202, "readSession", "postToolResults", "cancelSession", "sessionEvents",
+                                      after=True))
 async def add_message(sid: str, body: AddMessage, request: Request,
                       who: Caller) -> dict[str, Any]:
     """Continue an ended (or cancelled) session with a user message: a new turn starts.
@@ -102,7 +116,8 @@ async def _fits_after(request: Request, sid: str, who: Principal, content: str) 
                                          sent=False)
 
 
-@router.post("/v1/sessions/{sid}/tool_results")
+@router.post("/v1/sessions/{sid}/tool_results", operation_id="postToolResults",
+             responses=_openapi_links(200, "readSession", "cancelSession"))
 async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], request: Request,
                             who: Caller) -> dict[str, Any]:
     """Results of client-side tool calls (one object or a list): each is "recorded", "completed"
@@ -117,7 +132,8 @@ async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], r
     return {"id": sid, "results": out}
 
 
-@router.post("/v1/sessions/{sid}/cancel")
+@router.post("/v1/sessions/{sid}/cancel", operation_id="cancelSession",
+             responses=_openapi_links(200, "readSession", "addMessage"))
 async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """Cancel the running turn; the session ends with reason "cancelled" (no-op when it already ended)."""
     return {"id": sid, "status": await ops(request).cancel(sid, who)}

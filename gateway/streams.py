@@ -56,7 +56,7 @@ def parse_after(after: str | None) -> StreamId:
 
 
 # --------------------------------------------------------------------------- SSE
-@router.get("/v1/sessions/{sid}/events", response_class=EventStreamResponse,
+@router.get("/v1/sessions/{sid}/events", response_class=EventStreamResponse, operation_id="sessionEvents",
             responses={200: {"content": {"text/event-stream": {}}, "description": "one SSE event per session event"}})
 async def session_events(sid: str, request: Request, after: str | None = Query(None, max_length=48),
                          last_event_id: str | None = Header(None, max_length=48)) -> EventStreamResponse:

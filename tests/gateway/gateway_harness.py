@@ -16,6 +16,7 @@ import httpx
 import redis
 import websockets
 
+from schemas import keys
 from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
@@ -119,6 +120,22 @@ async def create_session(url: str, body: dict[str, Any], headers: dict[str, str]
         resp = await http.post("/v1/sessions", json=body)
     assert resp.status_code == 201, resp.text
     return resp.json()["id"]
+
+
+def assert_sound(gw: GwStack, headers: dict[str, str], baseline_tracebacks: int = 0) -> None:
+    """The gateway logged no traceback since ``baseline_tracebacks``, still serves a normal request,
+    and every session in the store is readable (by the key in ``headers``)."""
+    assert gw.tracebacks() == baseline_tracebacks, gw.gateway_log()[-5000:]
+    with httpx.Client(base_url=gw.url, timeout=30, headers=headers) as http:
+        assert http.get("/healthz").status_code == 200
+        chat = http.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                                       "replay": ["fine"]})
+        assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "fine", chat.text
+        r = gw.redis()
+        for key in r.scan_iter(match=keys.session("*"), count=1000):
+            sid = key.decode()[len(keys.session("")) - 1:-1]
+            read = http.get(f"/v1/sessions/{sid}")
+            assert read.status_code == 200, (sid, read.text)
 
 
 async def wait_for_subscribers(url: str, n: int, timeout_s: float = 10.0) -> None:
