@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import jinja2
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from gateway import tool_schemas
@@ -134,6 +134,17 @@ Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage
 """One conversation message, OpenAI's shape, by role (``developer`` is read as ``system``)."""
 
 
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """Documented request examples (the API docs show them; the property suite mutates them)."""
+    return ConfigDict(json_schema_extra={"examples": list(bodies)})
+
+
+_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_ASK = {"role": "user", "content": "What's the weather in Paris?"}
+
+
 # --------------------------------------------------------------------------- session API
 class CreateSession(BaseModel):
     """``POST /v1/sessions``: a server-side agent loop.
@@ -143,6 +154,13 @@ class CreateSession(BaseModel):
     client tool (its calls are sent to the client, which posts the result).  Omitted: every
     server tool.
     """
+
+    model_config = _examples(
+        {"messages": [{"role": "system", "content": "You are a concise assistant."}, _ASK], "max_turns": 4},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Where is order A17?"}]}],
+         "tools": ["get_weather", {"name": "lookup_order", "description": "Find an order",
+                                   "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}],
+         "max_tokens": 128, "temperature": 0.7, "seed": 7, "stop": ["\n\n"]})
 
     messages: list[Message] = Field(min_length=1)
     tools: list[Annotated[str, Field(pattern=NAME_PATTERN)] | ToolDef | FunctionDef] | None = None
@@ -167,12 +185,18 @@ class CreateSession(BaseModel):
 class AddMessage(BaseModel):
     """``POST /v1/sessions/{id}/messages``: continue an ended session with a user message."""
 
+    model_config = _examples({"content": "And in Oslo?"}, {"content": [{"type": "text", "text": "Thanks!"}],
+                                                           "max_turns": 2})
+
     content: str | list[TextPart]
     max_turns: int | None = Field(default=None, ge=1, description="turns allowed for this message (default: config)")
 
 
 class ToolResultIn(BaseModel):
     """The result of a client-side tool call (HTTP body item, or a WebSocket ``tool_result`` message)."""
+
+    model_config = _examples({"tool_call_id": "call_0_0", "content": "{\"status\": \"shipped\"}"},
+                             {"tool_call_id": "call_0_1", "content": "no such order", "is_error": True})
 
     tool_call_id: str = Field(min_length=1, max_length=200)
     content: str | list[TextPart]
@@ -203,6 +227,13 @@ class ResponseFormat(BaseModel):
 
 class ChatRequest(BaseModel):
     """``POST /v1/chat/completions`` (the fields turnstream honours; others are ignored)."""
+
+    model_config = _examples(
+        {"model": "tiny-agent", "messages": [_ASK], "tools": [_WEATHER], "tool_choice": "auto", "max_tokens": 128},
+        {"model": "tiny-agent", "stream": True, "stream_options": {"include_usage": True}, "tools": [_WEATHER],
+         "messages": [_ASK, {"role": "assistant", "content": None, "tool_calls": [{
+             "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"}]})
 
     model: str
     messages: list[Message] = Field(min_length=1)

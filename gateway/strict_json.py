@@ -67,17 +67,18 @@ def _refuse_surrogates(value: Any) -> None:
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):
-            if not _encodable(node):
+            if not is_text(node):
                 raise _surrogate(path, "holds")
         elif isinstance(node, dict):
-            if not all(_encodable(k) for k in node):
+            if not all(is_text(k) for k in node):
                 raise _surrogate(path, "has a key with")
             stack += reversed([(v, f"{path}.{k}" if path else k) for k, v in node.items()])
         elif isinstance(node, list):
             stack += reversed([(v, f"{path}[{i}]") for i, v in enumerate(node)])
 
 
-def _encodable(s: str) -> bool:
+def is_text(s: str) -> bool:
+    """Whether ``s`` is Unicode text (no lone surrogate: it encodes as UTF-8)."""
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
