@@ -20,7 +20,8 @@ from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
 from runtime.routing import conversation_key
-from workers.tools.client import ToolRequestError, split_tools
+from runtime.session import Status
+from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
 
@@ -37,12 +38,12 @@ def ops(request: Request) -> SessionOps:
     return request.app.state.ops
 
 
-def resolve_tools(registry: Any, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """(tool definitions to render, names of client tools), by ``workers.tools.client.split_tools``:
+async def resolve_tools(catalog: ToolCatalog, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """(tool definitions to render, names of client tools), by ``runtime.tool_catalog.split_tools``:
     names pick server tools; a definition of a tool the server does not have is a client tool."""
     items = None if requested is None else [t if isinstance(t, str) else t.as_dict() for t in requested]
     try:
-        return tuple(split_tools(registry, items))
+        return tuple(split_tools(await catalog.tools(), items))
     except ToolRequestError as exc:
         raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
@@ -70,7 +71,7 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     max_turns = body.max_turns or cfg.max_turns
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
-    tools, client = resolve_tools(request.app.state.registry, body.tools)
+    tools, client = await resolve_tools(request.app.state.catalog, body.tools)
     messages = [m.as_dict() for m in body.messages]
     await request.app.state.context.fits(messages, tools, max_tokens=body.max_tokens,
                                          sent="max_tokens" in body.model_fields_set)
@@ -80,7 +81,7 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
     await o.start(sid, route_key=conversation_key(messages, tools))
-    return {"id": sid, "object": "session", "status": "active", **_links(sid)}
+    return {"id": sid, "object": "session", "status": Status.ACTIVE.value, **_links(sid)}
 
 
 @router.get("/v1/sessions/{sid}", operation_id="readSession",
@@ -103,12 +104,12 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     content = flatten(body.content) or ""
     await _fits_after(request, sid, who, content)
     turn, after = await ops(request).add_message(sid, who, content, body.max_turns)
-    return {"id": sid, "status": "active", "turn": turn, "after": after, **_links(sid, after)}
+    return {"id": sid, "status": Status.ACTIVE.value, "turn": turn, "after": after, **_links(sid, after)}
 
 
 async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
-    """400 when the stored conversation and ``content`` already cannot fit the context (the last
-    turn's own reply is not counted: a decoder refuses what this lets through)."""
+    """400 when the stored conversation (complete once the session ended) and ``content`` cannot
+    fit the context."""
     o = ops(request)
     info = await o.owned(sid, who)
     messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
@@ -142,4 +143,4 @@ async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, A
 @router.get("/v1/tools")
 async def list_tools(request: Request, who: Caller) -> dict[str, Any]:
     """The server tools of this deployment, as OpenAI tool definitions."""
-    return {"object": "list", "data": request.app.state.registry.openai_tools()}
+    return {"object": "list", "data": [t.openai() for t in (await request.app.state.catalog.tools()).values()]}

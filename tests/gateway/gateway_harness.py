@@ -21,7 +21,7 @@ from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
 from turnstream.embedded import free_port
-from turnstream.stack import spawn_kind, stop_all, wait_healthy
+from turnstream.stack import spawn_kind, stop_all, wait_ready
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"
@@ -76,9 +76,11 @@ def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides
     stack = GwStack(cfg, f"http://{cfg.host}:{cfg.port}")
     stack.log_path = Path(tempfile.mkdtemp(prefix="turnstream-gw-")) / "gateway.log"
     with stack.log_path.open("wb") as log:
-        stack.procs = [spawn_kind(k, cfg) for k in kinds if k != "gateway"] + [spawn_kind("gateway", cfg, log)]
+        procs = [(k, spawn_kind(k, cfg)) for k in kinds if k != "gateway"]
+        procs.append(("gateway", spawn_kind("gateway", cfg, stdout=log, stderr=log)))
+    stack.procs = [p for _, p in procs]
     try:
-        wait_healthy(stack.url, stack.procs)
+        wait_ready(stack.url, procs)
     except BaseException:
         stack.stop()
         raise
