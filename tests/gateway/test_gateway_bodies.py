@@ -50,10 +50,10 @@ def test_a_function_without_parameters_is_a_function_with_no_arguments() -> None
 def test_a_bare_function_is_a_sessions_client_tool(http: httpx.Client) -> None:
     bare = {"name": "lookup_order", "description": "Find an order", "parameters": {"type": "object"}}
     assert CreateSession.model_validate({"messages": USER, "tools": [bare]}).tools[0].function.name == "lookup_order"
-    resp = http.post("/v1/sessions", json={"messages": USER, "tools": [bare, "get_weather"]})
+    resp = http.post("/v1/sessions", json={"messages": USER, "tools": [bare, fn()]})
     assert resp.status_code == 201, resp.text
     session = http.get(f"/v1/sessions/{resp.json()['id']}").json()
-    assert session["tools"] == ["lookup_order", "get_weather"] and session["client_tools"] == ["lookup_order"]
+    assert session["tools"] == session["client_tools"] == ["lookup_order", "f"]
 
 
 def refusal(http: httpx.Client, parameters: Any) -> list[dict[str, Any]]:
