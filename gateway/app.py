@@ -3,10 +3,11 @@
 Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
 ``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
-(``gateway.openai_api``, ``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz`` (the
-process is up), ``/readyz`` (Redis answers and a decoder is alive), ``/metrics``, the playground
-(``/``), the OpenAPI schema.  Every error is in OpenAI's shape (``gateway.errors``).  The process
-beats ``ts:gateway:hb:{id}`` like the workers.
+(``gateway.openai_api``, ``gateway.anthropic_api``, ``gateway.sessions``, ``gateway.streams``).
+Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
+``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
+Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
+The process beats ``ts:gateway:hb:{id}`` like the workers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gateway import errors, strict_json
+from gateway.anthropic_api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
 from gateway.context import ContextCheck
 from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
@@ -85,6 +87,7 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
     app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
+    app.include_router(anthropic_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)
     _add_open_routes(app)
@@ -93,7 +96,7 @@ def create_app(cfg: Config) -> FastAPI:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     return errors.ApiError(503, str(exc), type="server_error", code="unavailable",
-                           headers={"Retry-After": "1"}).response()
+                           headers={"Retry-After": "1"}).response(request.url.path)
 
 
 def serve(cfg: Config) -> None:
@@ -149,7 +152,7 @@ def _add_open_routes(app: FastAPI) -> None:
         await s.metrics.refresh(s.redis, await s.catalog.pools(), s.relay)
         return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def playground() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 

@@ -51,11 +51,11 @@ class ChatOptions:
     model: str
     created: int
     call_id_base: str  # returned call ids are call_id_base + output index
-    tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
     offer_tools: bool = True  # False for tool_choice "none"
     named: str | None = None  # the function named by tool_choice
     parallel: bool = True
     include_usage: bool = False
+    tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
 
 
 class _Text:

@@ -28,7 +28,8 @@ def _mcp_children() -> list[tuple[int, int]]:
 
 def test_only_tool_workers_open_mcp_servers(stack_factory, tmp_path) -> None:
     toml = tmp_path / "tools.toml"
-    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n')
+    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n'
+                    'connect_timeout_s = 180\n')  # a loaded CI machine starts python + mcp slowly
     before = _mcp_children()
     stack = stack_factory(tools_config=str(toml), parsers=2)
     tools = httpx.get(stack.url + "/v1/tools").json()["data"]
