@@ -33,7 +33,7 @@ from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
 from gateway.anthropic_format import MessageOptions, MessageStream
 from gateway.anthropic_plan import Prompt, plan_messages, prompt
 from gateway.errors import ApiError
-from gateway.oneshot import OneshotRun, open_session
+from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
@@ -52,7 +52,7 @@ async def create_message(body: MessagesRequest, request: Request, who: Caller) -
     plan = plan_messages(state.cfg, body)
     sid, sub = await open_session(state, who, plan)
     stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
-                                          plan.parallel, plan.thinking))
+                                          plan.parallel, plan.thinking, tools=offered(plan)))
     run = OneshotRun(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_events(run, request.url.path), abort=sub.ended)

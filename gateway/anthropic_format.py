@@ -49,6 +49,7 @@ class MessageOptions:
     named: str | None = None
     parallel: bool = True
     thinking: bool = False
+    tools: frozenset[str] = frozenset()  # the offered tools: calls of any other are never returned
 
 
 class MessageStream:
@@ -57,7 +58,7 @@ class MessageStream:
     def __init__(self, opts: MessageOptions) -> None:
         self.opts = opts
         self.chat = ChatStream(ChatOptions(opts.message_id, opts.model, 0, opts.tool_id_base, opts.offer_tools,
-                                           opts.named, opts.parallel))
+                                           opts.named, opts.parallel, tools=opts.tools))
         self.blocks: list[dict[str, Any]] = []  # content blocks as streamed; tool_use input as its JSON text
         self.open: int | None = None  # index of the open block
         self._calls: dict[int, int] = {}  # returned call index -> block index

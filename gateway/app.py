@@ -1,12 +1,13 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
-Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
-``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.anthropic_api``,
-``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz`` (the process is up), ``/readyz``
-(Redis answers and a decoder is alive), ``/metrics``, the playground (``/``, also ``HEAD``:
-Claude Code probes it), the OpenAPI schema.  Every error is in OpenAI's shape, Anthropic's on
-the ``/v1/messages`` routes (``gateway.errors``).  The process beats ``ts:gateway:hb:{id}`` like
-the workers.
+Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
+``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
+``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
+(``gateway.openai_api``, ``gateway.anthropic_api``, ``gateway.sessions``, ``gateway.streams``).
+Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
+``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
+Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
+The process beats ``ts:gateway:hb:{id}`` like the workers.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from gateway import errors
+from gateway import errors, strict_json
 from gateway.anthropic_api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
-from gateway.limits import BodyLimitMiddleware, RateLimiter
+from gateway.context import ContextCheck
+from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
@@ -56,6 +58,7 @@ def create_app(cfg: Config) -> FastAPI:
         s.catalog = ToolCatalog(s.redis)  # the server tools sessions may use, as the tool workers publish them
         s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
         s.ops = SessionOps(cfg, s.redis, s.metrics)
+        s.context = ContextCheck(s.redis, cfg.model)
         reader = bus.connect(cfg.redis_url)
         s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
         await s.relay.start()
@@ -79,8 +82,10 @@ def create_app(cfg: Config) -> FastAPI:
                               "completions and a session API with resumable event streams.")
     errors.install(app)
     app.add_exception_handler(RelayUnavailable, _unavailable)
-    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes)
-    app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
+    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes, check=strict_json.check_body)
+    app.add_middleware(AuthMiddleware)  # authenticate before reading the body
+    app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
+    app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(sessions_router)

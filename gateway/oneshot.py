@@ -53,12 +53,23 @@ class Plan(Protocol):
     meta: dict[str, Any]
 
 
-async def open_session(state: Any, who: Principal, plan: Plan) -> tuple[str, Subscription]:
-    """Create the session, subscribe to its events from the start, and queue its turn."""
+def offered(plan: Plan) -> frozenset[str]:
+    """The functions a request offers: its calls of any other are never returned."""
+    return frozenset(t["function"]["name"] for t in plan.tools)
+
+
+async def open_session(state: Any, who: Principal, plan: Plan, *,
+                       max_tokens_sent: bool = True) -> tuple[str, Subscription]:
+    """Check that the prompt fits the context (``gateway.context``: a 400 when not; an unsent
+    max_tokens is lowered to the room left), then create the session, subscribe to its events
+    from the start, and queue its turn."""
+    max_tokens = await state.context.fits(plan.messages, plan.tools, max_tokens=plan.params["max_tokens"],
+                                          sent=max_tokens_sent, prefill=plan.params.get("prefill") or "")
     ops: SessionOps = state.ops
     names = [t["function"]["name"] for t in plan.tools]
-    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names, params=plan.params, max_turns=1,
-                           meta=plan.meta, mode=SessionMode.ONESHOT)
+    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names,
+                           params={**plan.params, "max_tokens": max_tokens}, max_turns=1, meta=plan.meta,
+                           mode=SessionMode.ONESHOT)
     sub = await state.relay.subscribe(sid, (0, 0), stop_turn=0)
     await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     return sid, sub
@@ -69,6 +80,8 @@ def failure(exc: Exception) -> ApiError:
     if isinstance(exc, Dropped):
         return ApiError(503, f"the event relay dropped this request ({exc.reason})", type="server_error",
                         code="relay_dropped")
+    if isinstance(exc, UpstreamError) and exc.code == "context_length_exceeded":  # a decoder measured it
+        return ApiError(400, str(exc), param="messages", code=exc.code)
     return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")
 
 

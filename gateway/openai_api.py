@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse
 from gateway.bodies import ChatRequest, NamedToolChoice
 from gateway.errors import ApiError, not_found
 from gateway.limits import check_counts
-from gateway.oneshot import OneshotRun, open_session
+from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.openai_format import ChatOptions, ChatStream
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
@@ -103,7 +103,8 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     if body.response_format and body.response_format.type not in ("text", "json_object", "json_schema"):
         raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
-    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens,
+                 tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     tools = [t.as_dict() for t in body.tools or []]
     named = _check_tool_choice(body, [t["function"]["name"] for t in tools])
     offer = body.tool_choice != "none"
@@ -143,10 +144,12 @@ async def chat_completions(body: ChatRequest, request: Request,
     """OpenAI chat completion (streaming and not), tools returned to the client."""
     state = request.app.state
     plan = plan_chat(state.cfg, body)
-    sid, sub = await open_session(state, who, plan)
+    sent = bool(body.max_completion_tokens or body.max_tokens)
+    sid, sub = await open_session(state, who, plan, max_tokens_sent=sent)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
-                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))
+                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage,
+                                    tools=offered(plan)))
     run = OneshotRun(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_chunks(run), abort=sub.ended)

@@ -17,6 +17,9 @@ Contracts:
   this process's wake stream, which the reader's blocking XREAD always includes; the
   reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
   wake sent between two XREADs is never lost.
+* **Nothing left: the stream ends.**  A subscription to a session that had already ended
+  (``session_over``) reads the history to the stream's end and stops there; one whose ``after``
+  is at or past the ``session.ended`` it waits for (a future id) stops when that event goes by.
 * **Bounded memory; slow clients are dropped.**  A subscriber that already has ``queue_size``
   undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
   set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
@@ -48,6 +51,7 @@ StreamId = tuple[int, int]
 _ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _json = msgspec.json.Encoder()
 _IDLE = object()
+_MAX_PART = 2**64 - 1
 HISTORY_PAGE = 256
 
 
@@ -56,12 +60,14 @@ class InvalidStreamId(ValueError):
 
 
 def parse_id(text: str | bytes) -> StreamId:
-    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple."""
+    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple; both parts
+    are 64-bit unsigned, as in Redis."""
     s = text.decode() if isinstance(text, bytes) else text
     m = _ID.match(s.strip())
-    if not m:
-        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>")
-    return int(m.group(1)), int(m.group(2) or 0)
+    sid = (int(m.group(1)), int(m.group(2) or 0)) if m else None
+    if sid is None or max(sid) > _MAX_PART:
+        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>, each below 2**64")
+    return sid
 
 
 def fmt_id(i: StreamId) -> str:
@@ -103,12 +109,16 @@ class Subscription:
     """One client's view of one session's events after ``after``: history first, then live.
 
     Iterate ``frames()``.  It ends after a ``session.ended`` event of turn >= ``stop_turn``
-    (the session's turn when the client subscribed), and raises ``Dropped`` when the relay
-    drops the subscriber.  Call ``Relay.unsubscribe`` when done.
+    (the session's turn when the client subscribed), when such an event goes by at or before
+    ``after``, or -- for a session that had ended already (``session_over``) -- when the history
+    is read; it raises ``Dropped`` when the relay drops the subscriber.  Call
+    ``Relay.unsubscribe`` when done.
     """
 
-    def __init__(self, relay: Relay, sid: str, after: StreamId, until: StreamId, stop_turn: int) -> None:
+    def __init__(self, relay: Relay, sid: str, after: StreamId, until: StreamId, stop_turn: int,
+                 session_over: bool = False) -> None:
         self.relay, self.session, self.until, self.stop_turn = relay, sid, until, stop_turn
+        self.session_over = session_over
         self.last = after
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue()  # bound enforced by offer()
         self.ended = asyncio.Event()
@@ -139,6 +149,8 @@ class Subscription:
             yield frame
             if self._final(frame):
                 return
+        if self.session_over and not self.ended.is_set():
+            return  # the session had ended and its events are all read: nothing more will come
         while True:
             frame = await self._next(idle_s)
             if frame is _IDLE:
@@ -147,6 +159,8 @@ class Subscription:
             if frame is None:
                 raise Dropped(self.reason, self.last_id)
             if frame.sid <= self.last:
+                if self._final(frame):
+                    return  # the end went by before ``after``: the client is past it
                 continue  # already yielded from the history
             self.last = frame.sid
             yield frame
@@ -244,12 +258,18 @@ class Relay:
         return len(self._watches)
 
     # ------------------------------------------------------------------ subscriptions
-    async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0) -> Subscription:
-        """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over)."""
+    async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0,
+                        session_over: bool = False) -> Subscription:
+        """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over).
+
+        ``session_over``: the session had ended when the client asked (its history is read to
+        the stream's end, past the reader's cursor, and the subscription stops there)."""
         if self.draining:
             raise RelayUnavailable("the gateway is shutting down")
+        end = parse_id(await bus.last_id(self.r, keys.events(sid))) if session_over else (0, 0)
         watch, new = await self._watch(sid)
-        sub = Subscription(self, sid, after, watch.cursor, stop_turn)  # type: ignore[arg-type]
+        sub = Subscription(self, sid, after, max(watch.cursor, end), stop_turn,  # type: ignore[type-var]
+                           session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
         if new:
             await self._wake()

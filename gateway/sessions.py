@@ -67,12 +67,23 @@ def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in {"tool_choice": choice, "response_format": fmt}.items() if v is not None}
 
 
+def _openapi_links(status: int, *targets: str, after: bool = False) -> dict[int, dict[str, Any]]:
+    """OpenAPI links from a response that names the session (``id``) to the operations on it
+    (clients and stateful testers follow them: create -> continue, tool results, cancel, read)."""
+    links = {t: {"operationId": t, "parameters": {"sid": "$response.body#/id"}} for t in targets}
+    if after and "sessionEvents" in links:
+        links["sessionEvents"]["parameters"]["after"] = "$response.body#/after"
+    return {status: {"description": "the session", "links": links}}
+
+
 def _links(sid: str, after: str = "0-0") -> dict[str, str]:
     q = "" if after == "0-0" else f"?after={after}"
     return {"ws_url": f"/v1/sessions/{sid}/ws{q}", "events_url": f"/v1/sessions/{sid}/events{q}"}
 
 
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, operation_id="createSession",
+             responses=_openapi_links(201, "readSession", "addMessage", "postToolResults", "cancelSession",
+                                      "sessionEvents"))
 async def create_session(body: CreateSession, request: Request, who: Caller) -> dict[str, Any]:
     """Create a session and queue its first turn; follow it on ``ws_url`` or ``events_url``."""
     cfg = request.app.state.cfg
@@ -80,23 +91,28 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
     tools, client = await resolve_tools(request.app.state.catalog, body.tools)
+    messages = [m.as_dict() for m in body.messages]
+    await request.app.state.context.fits(messages, tools, max_tokens=body.max_tokens,
+                                         sent="max_tokens" in body.model_fields_set)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop, **_intent(body, tools)}
     o = ops(request)
-    messages = [m.as_dict() for m in body.messages]
     sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
     await o.start(sid, route_key=conversation_key(messages, tools))
     return {"id": sid, "object": "session", "status": Status.ACTIVE.value, **_links(sid)}
 
 
-@router.get("/v1/sessions/{sid}")
+@router.get("/v1/sessions/{sid}", operation_id="readSession",
+            responses=_openapi_links(200, "addMessage", "postToolResults", "cancelSession"))
 async def read_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """The session's status, current turn, conversation so far and last event id."""
     return await ops(request).read(sid, who)
 
 
-@router.post("/v1/sessions/{sid}/messages", status_code=202)
+@router.post("/v1/sessions/{sid}/messages", status_code=202, operation_id="addMessage",
+             responses=_openapi_links(202, "readSession", "postToolResults", "cancelSession", "sessionEvents",
+                                      after=True))
 async def add_message(sid: str, body: AddMessage, request: Request,
                       who: Caller) -> dict[str, Any]:
     """Continue an ended (or cancelled) session with a user message: a new turn starts.
@@ -104,11 +120,24 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     Subscribe with ``after`` (the event id before the new turn) to follow just the new turn.
     """
     check_counts(request.app.state.cfg, max_turns=body.max_turns)
-    turn, after = await ops(request).add_message(sid, who, flatten(body.content) or "", body.max_turns)
+    content = flatten(body.content) or ""
+    await _fits_after(request, sid, who, content)
+    turn, after = await ops(request).add_message(sid, who, content, body.max_turns)
     return {"id": sid, "status": Status.ACTIVE.value, "turn": turn, "after": after, **_links(sid, after)}
 
 
-@router.post("/v1/sessions/{sid}/tool_results")
+async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
+    """400 when the stored conversation (complete once the session ended) and ``content`` cannot
+    fit the context."""
+    o = ops(request)
+    info = await o.owned(sid, who)
+    messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
+    await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
+                                         sent=False)
+
+
+@router.post("/v1/sessions/{sid}/tool_results", operation_id="postToolResults",
+             responses=_openapi_links(200, "readSession", "cancelSession"))
 async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], request: Request,
                             who: Caller) -> dict[str, Any]:
     """Results of client-side tool calls (one object or a list): each is "recorded", "completed"
@@ -123,7 +152,8 @@ async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], r
     return {"id": sid, "results": out}
 
 
-@router.post("/v1/sessions/{sid}/cancel")
+@router.post("/v1/sessions/{sid}/cancel", operation_id="cancelSession",
+             responses=_openapi_links(200, "readSession", "addMessage"))
 async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """Cancel the running turn; the session ends with reason "cancelled" (no-op when it already ended)."""
     return {"id": sid, "status": await ops(request).cancel(sid, who)}

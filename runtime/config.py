@@ -103,6 +103,8 @@ class Config:
     served_model_name: str = opt("", "the model id of the OpenAI API; empty: the model directory's name",
                                  "gateway")
     max_request_bytes: int = opt(1_048_576, "largest request body (413 above)", "gateway")
+    max_header_bytes: int = opt(32_768, "largest request header block, names and values together (431 above)",
+                                "gateway")
     max_messages: int = opt(512, "most messages in one request", "gateway")
     max_tools: int = opt(128, "most tools in one request", "gateway")
     max_turns_limit: int = opt(64, "most max_turns a request may ask for", "gateway")
@@ -138,8 +140,8 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "grammar_auto": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
-             "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
-             "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")
+             "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
+             "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

@@ -34,9 +34,12 @@ def _no_extra(obj: Any, where: str = "") -> None:
             _no_extra(x, f"{where}[{i}]")
 
 
+OFFERED = frozenset({"get_weather", "get_time"})  # the tools the requests below offer
+
+
 def run(bodies: list[Any], **opts: Any) -> tuple[list[dict[str, Any]], MessageStream]:
     """Feed bodies as events of attempt 1 (a ``(attempt, body)`` pair sets the attempt); check every event."""
-    stream = MessageStream(MessageOptions("msg_x", "tiny", "toolu_x_", **opts))
+    stream = MessageStream(MessageOptions("msg_x", "tiny", "toolu_x_", **{"tools": OFFERED, **opts}))
     out: list[dict[str, Any]] = []
     for seq, item in enumerate(bodies):
         attempt, body = item if isinstance(item, tuple) else (1, item)
@@ -175,9 +178,9 @@ def test_tools_tool_choice_and_sampling() -> None:
                                                                   "input_schema": {"type": "object"}}]
     p = plan(messages=[{"role": "user", "content": "x"}], tools=tools, temperature=0.5, top_p=0.9, top_k=40,
              stop_sequences=["END"], metadata={"user_id": "u"})
-    assert p.tools == [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
-                       {"type": "function", "function": {"name": "b", "description": "B",
-                                                         "parameters": {"type": "object"}}}]
+    no_args = {"type": "object", "properties": {}}  # written out, as every tool's (gateway.tool_schemas)
+    assert p.tools == [{"type": "function", "function": {"name": "a", "parameters": no_args}},
+                       {"type": "function", "function": {"name": "b", "description": "B", "parameters": no_args}}]
     assert p.params == {"max_tokens": 50, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "stop": ["END"]}
     named = plan(messages=[{"role": "user", "content": "x"}], tools=tools,
                  tool_choice={"type": "tool", "name": "b", "disable_parallel_tool_use": True})

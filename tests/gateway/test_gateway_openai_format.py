@@ -30,8 +30,11 @@ TURN = ([TurnStarted(prompt_tokens=40, cached_tokens=32), ReasoningDelta(text="n
         + [TurnEnded(finish_reason="tool_calls", completion_tokens=30, n_calls=2), SessionEnded(reason="tool_calls")])
 
 
+OFFERED = frozenset({"get_weather", "get_time"})
+
+
 def run(bodies: list[Any], attempts: list[int] | None = None, **opts: Any) -> tuple[ChatStream, list[dict]]:
-    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **{"tools": OFFERED, **opts}))
     chunks: list[dict] = []
     for i, body in enumerate(bodies):
         chunks += stream.feed(ev(body, attempts[i] if attempts else 1))
@@ -103,6 +106,23 @@ def test_tool_choice_none_returns_no_calls() -> None:
     stream, chunks = run(TURN, offer_tools=False)
     assert assemble(chunks)["calls"] == [] and assemble(chunks)["finish"] == "stop"
     assert "tool_calls" not in stream.response()["choices"][0]["message"]
+
+
+def test_calls_of_functions_not_offered_are_dropped() -> None:
+    stream, chunks = run(TURN, tools=frozenset({"get_time"}))
+    got = assemble(chunks)
+    assert [(c["name"], c["id"]) for c in got["calls"]] == [("get_time", "call_x_0")] and got["finish"] == "tool_calls"
+    assert [c["function"]["name"] for c in stream.response()["choices"][0]["message"]["tool_calls"]] == ["get_time"]
+
+
+def test_with_no_tools_offered_no_call_comes_back_and_the_turn_stops() -> None:
+    for opts in ({"tools": frozenset()}, {}):  # offered none; or a caller that names no tools at all
+        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+        chunks = [c for b in TURN for c in stream.feed(ev(b))] + stream.finish()
+        got = assemble(chunks)
+        assert got["calls"] == [] and got["finish"] == "stop" and got["content"] == "Checking now."
+        message = stream.response()["choices"][0]["message"]
+        assert "tool_calls" not in message and message["content"] == "Checking now."
 
 
 def test_named_tool_choice_drops_other_functions_and_finishes_with_stop() -> None:

@@ -39,7 +39,7 @@ from runtime.config import ConfigError
 from workers.decode.constraints.lark import to_lark
 from workers.decode.constraints.pieces import added_tokens
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
-from workers.decode.errors import EngineError, ModelLoadError
+from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 from workers.decode.prompts import SessionPrompts
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class VllmEngine:
         self._load = _SchedulerLoad()
         self._abort_asked: dict[str, bool] = {}  # live request ids -> abort() was called
         self._added: dict[str, int] = {}  # the tokenizer's added tokens, for constraints (set by start)
+        self.max_model_len: int | None = None  # vLLM's, once started
         self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
 
     @classmethod
@@ -115,6 +116,7 @@ class VllmEngine:
         self._template_tokenizer = self.llm.get_tokenizer()
         self._added = added_tokens((Path(self.config.model) / "tokenizer.json").read_text())
         self.prompts = SessionPrompts(_TextCodec(self._template_tokenizer), self.config.max_session_records)
+        self.max_model_len = self.llm.vllm_config.model_config.max_model_len
         cache = self.llm.vllm_config.cache_config
         self._load.block_size, self._load.total_blocks = cache.block_size, cache.num_gpu_blocks or 0
         log.info("vllm engine up: %s, %d blocks of %d tokens, prefix caching on; pins are not supported "
@@ -171,7 +173,10 @@ class VllmEngine:
             template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True,
             tokenize=False) + req.params.prefill
         assert self.prompts is not None  # set by start()
-        return self.prompts.build(req.session, text)
+        ids, reused = self.prompts.build(req.session, text)
+        if self.max_model_len is not None and len(ids) >= self.max_model_len:
+            raise RequestTooLarge(f"prompt of {len(ids)} tokens; this engine fits at most {self.max_model_len - 1}")
+        return ids, reused
 
     def _delta(self, out: Any, n_prompt: int, completion: list[int]) -> GenerateDelta:
         o = out.outputs[0]
@@ -208,7 +213,8 @@ class VllmEngine:
 
     def stats(self) -> dict[str, Any]:
         """Load report: our live streams, vLLM's scheduler view, prefix hits over finished requests."""
-        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked), pinned_blocks=0,
+        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked),
+                    max_model_len=self.max_model_len, pinned_blocks=0,
                     pinned_sessions=0, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
                     prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens)
 

@@ -180,7 +180,8 @@ class EngineCore:
     def stats(self) -> dict[str, Any]:
         """Load report for heartbeats (plain ints, safe to read from another thread)."""
         s = self.scheduler
-        return dict(running=len(s.running), waiting=s.num_waiting, free_blocks=self.blocks.num_free,
+        return dict(running=len(s.running), waiting=s.num_waiting, max_model_len=self.max_total_tokens,
+                    free_blocks=self.blocks.num_free,
                     total_blocks=self.blocks.num_blocks, block_size=self.config.block_size,
                     pinned_blocks=self.pins.num_blocks, pinned_sessions=len(self.pins),
                     cached_blocks=self.blocks.num_cached, prefill_tokens_computed=s.prefill_tokens_computed,
