@@ -104,10 +104,22 @@ class TurnParse:
         self.published = int(await self.w.sessions.field(self.sid, self.cursor) or -1)
         after = self.job.after
         while True:
-            for entry in await bus.tail(self.w.r, keys.tokens(self.sid), after, block_ms=self.w.cfg.block_ms):
+            entries = await bus.tail(self.w.r, keys.tokens(self.sid), after, block_ms=self.w.cfg.block_ms)
+            for entry in entries:
                 after = entry.id
                 if await self._on_entry(entry):
                     return
+            if not entries and await self._ended_elsewhere():
+                return
+
+    async def _ended_elsewhere(self) -> bool:
+        """The turn ended without its token end reaching this parser (its decode job failed for good,
+        the session was cancelled, or its record expired): nothing more will come, stop waiting."""
+        ended = await self.w.sessions.field(self.sid, Field.ended(self.turn))
+        if ended is not None:
+            log.info("session %s turn %d ended elsewhere; parse stops", self.sid, self.turn)
+            return True
+        return not await self.w.r.exists(keys.session(self.sid))
 
     async def _on_entry(self, entry: bus.Entry) -> bool:
         """Handle one token-log entry; True when the turn is over."""
