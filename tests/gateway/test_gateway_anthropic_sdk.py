@@ -108,17 +108,20 @@ def test_max_tokens_cuts_off(client: anthropic.Anthropic) -> None:
 
 
 def test_tool_choice(client: anthropic.Anthropic) -> None:
-    none = create(client, TWO_CALLS, tools=TOOLS, tool_choice={"type": "none"})
+    none = create(client, ["Not calling anything."], tools=TOOLS, tool_choice={"type": "none"})
     assert [b.type for b in none.content] == ["text"] and none.stop_reason == "end_turn"
+    with pytest.raises(anthropic.InternalServerError, match="breaks the request"):
+        create(client, TWO_CALLS, tools=TOOLS, tool_choice={"type": "none"})  # as the grammar refuses a model
     single = create(client, TWO_CALLS, tools=TOOLS, tool_choice={"type": "auto", "disable_parallel_tool_use": True})
     assert [b.name for b in single.content if b.type == "tool_use"] == ["get_weather"]
-    # any / tool force the turn's opening: a script (like a model) continues from it
+    # any / tool hold the turn to calls (the decoder's grammar): a script must be one
     anyone = create(client, [WEATHER_CALL + "\n" + TIME_CALL], tools=TOOLS, tool_choice={"type": "any"})
     assert anyone.stop_reason == "tool_use" and [b.type for b in anyone.content] == ["tool_use", "tool_use"]
-    named = create(client, [TIME_CALL + "\n" + WEATHER_CALL], tools=TOOLS,  # the other call is dropped
-                   tool_choice={"type": "tool", "name": "get_time"})
+    named = create(client, [TIME_CALL], tools=TOOLS, tool_choice={"type": "tool", "name": "get_time"})
     assert [(b.name, b.input) for b in named.content] == [("get_time", {"timezone": "Europe/Paris"})]
     assert named.stop_reason == "tool_use"
+    with pytest.raises(anthropic.InternalServerError, match="breaks the request"):
+        create(client, [TIME_CALL + "\n" + WEATHER_CALL], tools=TOOLS, tool_choice={"type": "tool", "name": "get_time"})
 
 
 def test_count_tokens_is_the_decoders_rendering(client: anthropic.Anthropic, gw: GwStack) -> None:
