@@ -46,6 +46,11 @@ def not_found(what: str, code: str = "not_found") -> ApiError:
     return ApiError(404, f"{what} not found", code=code)
 
 
+def unsupported(param: str, what: str) -> ApiError:
+    """A 400 naming a request field whose value this server does not implement."""
+    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
+
+
 def _param(loc: tuple[Any, ...]) -> str | None:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or None
