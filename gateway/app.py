@@ -1,9 +1,9 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
 Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
-``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.sessions``,
-``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
-schema.  Every error is in OpenAI's shape (``gateway.errors``).
+``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.responses_api``,
+``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground
+(``/``), the OpenAPI schema.  Every error is in OpenAI's shape (``gateway.errors``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gateway.limits import BodyLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
+from gateway.responses_api import router as responses_router
 from gateway.session_ops import SessionOps
 from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
@@ -68,6 +69,7 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes)
     app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)
     _add_open_routes(app)

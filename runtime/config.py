@@ -63,6 +63,7 @@ class Config:
     session_ttl_s: int = 3600
     sweep_after_s: float = 2.0
     client_tool_timeout_s: float = 300.0
+    response_ttl_s: int = 86_400  # a stored /v1/responses response (object, input items, conversation) expires after this
     # gateway
     host: str = "127.0.0.1"
     port: int = 8000
@@ -130,7 +131,7 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"{name}: invalid value {value!r}; expected one of {sorted(allowed)}")
     for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
                  "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
-                 "rate_limit_burst", "relay_queue_size"):
+                 "rate_limit_burst", "relay_queue_size", "response_ttl_s"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:

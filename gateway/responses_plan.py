@@ -1,0 +1,202 @@
+"""A Responses request, validated against this deployment and mapped onto a session.
+
+* the conversation: the stored conversation of ``previous_response_id`` (its owner's only; it
+  must have finished) + the input items (``gateway.responses_items``); ``instructions`` go first
+  as a system message and are not carried over to a follow-up, as OpenAI does;
+* tools: ``function`` tools are client tools (their calls end the response); ``mcp`` tools select
+  server tools (``gateway.server_tools``) that run while the model generates; any other type
+  is a 400 naming it;
+* ``tool_choice`` as in chat completions (``gateway.openai_api``): ``none``, ``auto``, ``required``
+  and a named function (the latter two force the turn's opening); with server tools only
+  ``auto`` and ``none`` (a forced opening would force every turn of the loop);
+* fields that would change the result and are not implemented get a 400 naming them
+  (``conversation``, ``prompt``, ``max_tool_calls``, ``top_logprobs``, ``truncation: "auto"``,
+  non-text ``text.format``, ``text.verbosity``, ``reasoning.effort``, ``context_management``,
+  ``include`` values other than those that change nothing here, and ``background`` without ``store``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import ApiError, unsupported
+from gateway.limits import check_counts
+from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
+from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
+                                    OtherChoice, ResponseInputs)
+from gateway.responses_format import Policy
+from gateway.responses_items import merge_system, normalize, to_messages
+from gateway.responses_read import finished
+from gateway.server_tools import select
+from workers.parser import forced_opener
+
+# include values that change nothing here: no such items exist, or reasoning is never encrypted
+HARMLESS_INCLUDES = {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
+                     "web_search_call.action.sources", "message.input_image.image_url",
+                     "computer_call_output.output.image_url", "code_interpreter_call.outputs"}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the model is shown: the conversation and the tools, and how its calls are treated."""
+
+    history: list[dict[str, Any]]  # earlier conversation + input, without instructions
+    messages: list[dict[str, Any]]  # what the session starts with: instructions + history
+    tools: list[dict[str, Any]]  # rendered (chat-completions shape)
+    client_tools: list[str]
+    policy: Policy
+    owner: str | None  # the decoder that ran the previous response (it may hold the KV)
+
+
+@dataclass(frozen=True)
+class Plan:
+    prompt: Prompt
+    items: list[Any]
+    params: dict[str, Any]
+    meta: dict[str, Any]
+    echo: dict[str, Any]
+
+    @property
+    def server_tools(self) -> bool:
+        return bool(self.prompt.policy.servers)
+
+
+def check_supported(body: ResponseInputs) -> None:
+    """400 naming the first field whose value would change the result and is not implemented."""
+    if body.conversation is not None:
+        raise unsupported("conversation", "the conversations API")
+    if body.truncation == "auto":
+        raise unsupported("truncation", '"auto"')
+    if body.text and body.text.format and body.text.format.type != "text":
+        raise unsupported("text.format", f"type {body.text.format.type[:40]!r}")
+    if body.text and body.text.verbosity not in (None, "medium"):
+        raise unsupported("text.verbosity", f"{body.text.verbosity[:20]!r}")
+    if body.reasoning and body.reasoning.effort not in (None,):
+        raise unsupported("reasoning.effort", f"{body.reasoning.effort[:20]!r} (the model's reasoning is not steerable)")
+    if isinstance(body, CreateResponse):
+        _check_create(body)
+
+
+def _check_create(body: CreateResponse) -> None:
+    for name in ("prompt", "max_tool_calls", "context_management"):
+        if getattr(body, name) is not None:
+            raise unsupported(name, name.replace("_", " "))
+    if body.top_logprobs:
+        raise unsupported("top_logprobs", "logprobs")
+    bad = [v for v in body.include or [] if v not in HARMLESS_INCLUDES]
+    if bad:
+        raise unsupported("include", f"{bad[0][:60]!r}")
+    if body.background and not body.store:
+        raise ApiError(400, "background: a background response must be stored (store: true)", param="background",
+                       code="invalid_value")
+
+
+async def build_prompt(state: Any, body: ResponseInputs, key: str) -> Prompt:
+    """The conversation, the tools and the output policy of a request."""
+    check_supported(body)
+    history, owner = await _previous(state, body.previous_response_id, key)
+    history = history + to_messages(normalize(body.input))
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    tools, client, servers = _tools(state, body.tools or [])
+    named = _tool_choice(body.tool_choice, client, bool(servers))
+    offer = body.tool_choice != "none"
+    rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
+    policy = Policy(servers, offer, named, body.parallel_tool_calls is not False)
+    return Prompt(history, merge_system(system + history), rendered, client, policy, owner)
+
+
+async def _previous(state: Any, response_id: str | None, key: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The stored conversation of the previous response and the decoder that ran it."""
+    if response_id is None:
+        return [], None
+    stored = await finished(state, response_id, key)
+    if stored is None:
+        raise ApiError(404, f"previous response {response_id[:64]!r} not found", param="previous_response_id",
+                       code="previous_response_not_found")
+    if stored.conv is None:
+        raise ApiError(400, f"previous response {response_id[:64]!r} has not finished", param="previous_response_id",
+                       code="response_in_progress")
+    return stored.conv, stored.owner or None
+
+
+def _tools(state: Any, specs: list[Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, tuple[str, str]]]:
+    """(rendered tools, client tool names, server tools: model name -> (label, name there))."""
+    tools: list[dict[str, Any]] = []
+    client: list[str] = []
+    servers: dict[str, tuple[str, str]] = {}
+    for i, spec in enumerate(specs):
+        if isinstance(spec, FunctionTool):
+            tools.append(spec.as_chat())
+            client.append(spec.name)
+        elif isinstance(spec, McpTool):
+            for t in _mcp(state, spec, f"tools[{i}]"):
+                servers[t.model_name] = (t.label, t.name)
+        else:
+            raise unsupported(f"tools[{i}].type", f"a tool of type {spec.type[:40]!r}")
+    tools += state.registry.openai_tools(list(servers))
+    names = [t["function"]["name"] for t in tools]
+    if len(set(names)) != len(names):
+        raise ApiError(400, "tools: tool names must be unique (a function tool has a server tool's name)",
+                       param="tools", code="invalid_value")
+    return tools, client, servers
+
+
+def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
+    if spec.require_approval != "never":
+        raise unsupported(f"{param}.require_approval", 'anything but "never" (approvals are not implemented)')
+    for name in ("connector_id", "authorization", "headers"):
+        if getattr(spec, name) is not None:
+            raise unsupported(f"{param}.{name}", "a caller-supplied MCP connection setting")
+    allowed = spec.allowed_tools
+    if isinstance(allowed, McpAllowedFilter):
+        if allowed.read_only is not None:
+            raise unsupported(f"{param}.allowed_tools.read_only", "filtering by read_only")
+        allowed = allowed.tool_names
+    return select(state, spec.server_label, allowed, spec.server_url, param)
+
+
+def _tool_choice(choice: Any, client: list[str], servers: bool) -> str | None:
+    """The function named by ``tool_choice`` (None if not named); 400 on an impossible choice."""
+    if isinstance(choice, OtherChoice):
+        raise unsupported("tool_choice", f"type {choice.type[:40]!r}")
+    if choice == "required" or isinstance(choice, FunctionChoice):
+        if servers:
+            raise unsupported("tool_choice", "forcing a call together with mcp tools")
+        if not client:
+            raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
+                           code="invalid_value")
+    if isinstance(choice, FunctionChoice):
+        if choice.name not in client:
+            raise ApiError(400, f"tool_choice: function {choice.name[:64]!r} is not in tools", param="tool_choice",
+                           code="invalid_value")
+        return choice.name
+    return None
+
+
+async def plan(state: Any, body: CreateResponse, key: str) -> Plan:
+    """Validate a create request and map it onto a session."""
+    cfg = state.cfg
+    check_model(cfg, body.model)
+    prompt = await build_prompt(state, body, key)
+    max_tokens = body.max_output_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
+    check_counts(cfg, messages=len(prompt.messages), tools=len(prompt.tools), max_tokens=max_tokens)
+    forced = body.tool_choice == "required" or prompt.policy.named is not None
+    prefill = forced_opener(cfg.tool_format, prompt.policy.named, cfg.reasoning or None) if forced else None
+    params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "prefill": prefill}
+    return Plan(prompt, normalize(body.input), {k: v for k, v in params.items() if v is not None},
+                {"replay": body.replay} if body.replay else {}, _echo(cfg, body))
+
+
+def _echo(cfg: Any, body: CreateResponse) -> dict[str, Any]:
+    """The request fields a Response object repeats."""
+    choice = body.tool_choice
+    return {"model": served_model(cfg), "instructions": body.instructions,
+            "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+            "tool_choice": choice.model_dump() if hasattr(choice, "model_dump") else (choice or "auto"),
+            "parallel_tool_calls": body.parallel_tool_calls is not False, "temperature": body.temperature,
+            "top_p": body.top_p, "max_output_tokens": body.max_output_tokens, "max_tool_calls": None,
+            "previous_response_id": body.previous_response_id, "metadata": body.metadata or {}, "user": body.user,
+            "store": body.store, "background": body.background, "service_tier": "default",
+            "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "reasoning": {"effort": None, "summary": body.reasoning.summary if body.reasoning else None}}
