@@ -28,7 +28,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from gateway.errors import ApiError
+from gateway.errors import ApiError, unsupported
 from gateway.openai_api import check_model
 from gateway.responses_body import CreateResponse, ResponseInputs
 from gateway.responses_format import ResponseStream
@@ -76,8 +76,7 @@ async def _session(state: Any, p: Plan, who: Any) -> str:
     """Create the response's session (not started yet)."""
     prompt = p.prompt
     if p.server_tools:
-        raise ApiError(501, "mcp tools: the server-tool loop for responses is not available yet",
-                       param="tools", code="not_implemented")
+        raise unsupported("tools", "an mcp tool (the server-tool loop for responses is not available yet)")
     return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
                                   params=p.params, max_turns=1, meta=p.meta, oneshot=True)
 

@@ -103,6 +103,9 @@ async def build_prompt(state: Any, body: ResponseInputs, key: str) -> Prompt:
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
     policy = Policy(servers, offer, named, body.parallel_tool_calls is not False)
+    if not history:
+        raise ApiError(400, "input: the conversation is empty; give at least one input item", param="input",
+                       code="invalid_value")
     return Prompt(history, merge_system(system + history), rendered, client, policy, owner)
 
 

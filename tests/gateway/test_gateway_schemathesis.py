@@ -37,28 +37,35 @@ def _ended_session(url: str) -> str:
     return sid
 
 
-def _aim(case, sid: str) -> None:
+def _ended_response(url: str) -> str:
+    with httpx.Client(base_url=url, timeout=10) as http:
+        return http.post("/v1/responses", json={"model": MODEL, "input": "hi", "replay": ["ok"]}).json()["id"]
+
+
+def _aim(case, sid: str, response_id: str) -> None:
     """Point a generated request at something that exists."""
-    if isinstance(case.body, dict) and case.operation.path == "/v1/chat/completions":
+    if isinstance(case.body, dict) and case.operation.path in ("/v1/chat/completions", "/v1/responses"):
         case.body["model"] = MODEL
     if "model_id" in (case.path_parameters or {}):
         case.path_parameters["model_id"] = MODEL
+    if "response_id" in (case.path_parameters or {}):
+        case.path_parameters["response_id"] = response_id
     if "sid" in (case.path_parameters or {}) and not case.operation.path.endswith("/events"):
         case.path_parameters["sid"] = sid  # (a resumed stream of an ended session would wait: skipped)
 
 
 def test_no_operation_answers_5xx(gw: GwStack) -> None:
     api = schemathesis.openapi.from_url(gw.url + "/openapi.json")
-    sid = _ended_session(gw.url)
+    sid, response_id = _ended_session(gw.url), _ended_response(gw.url)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) >= 10
+    assert len(operations) >= 16
     for op in operations:
         @given(case=op.as_strategy(), real=st.booleans())
         @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))
         def no_5xx(case, real: bool) -> None:
             if real:
-                _aim(case, sid)
+                _aim(case, sid, response_id)
             case.call_and_validate(checks=[not_a_server_error], timeout=30)
 
         no_5xx()
