@@ -134,6 +134,18 @@ def test_background_runs_unattended_and_resumes_exactly_after_a_sequence_number(
     assert client.responses.retrieve(resp.id).output_text == text
 
 
+def test_leaving_a_background_stream_does_not_cancel_it(client: openai.OpenAI) -> None:
+    text = "word " * 150
+    stream = client.responses.create(model=MODEL, input=ASK, background=True, stream=True,
+                                     extra_body={"replay": [text]})
+    rid = _collect(stream, limit=4)[0].response.id
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and client.responses.retrieve(rid).status == "in_progress":
+        time.sleep(0.05)
+    done = client.responses.retrieve(rid)
+    assert done.status == "completed" and done.output_text == text
+
+
 def test_cancel_stops_a_background_response(client: openai.OpenAI, gw: GwStack) -> None:
     long = "word " * 2000  # 5 s of tokens at the stack's replay rate
     resp = client.responses.create(model=MODEL, input=ASK, background=True, extra_body={"replay": [long]})
