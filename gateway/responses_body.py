@@ -152,11 +152,22 @@ class OtherTool(BaseModel):
 
 def _tool_tag(v: Any) -> str:
     kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
-    return kind if kind in ("function", "mcp") else "other"
+    return kind if kind in ("function", "mcp", "namespace") else "other"
+
+
+class NamespaceTool(BaseModel):
+    """A named group of function tools (as Codex sends them): each is a client tool; its calls carry ``namespace``."""
+
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    tools: list[Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+                          Discriminator(lambda v: "function" if _tool_tag(v) == "function" else "other")]]
 
 
 ToolSpec = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[McpTool, Tag("mcp")]
-                     | Annotated[OtherTool, Tag("other")], Discriminator(_tool_tag)]
+                     | Annotated[NamespaceTool, Tag("namespace")] | Annotated[OtherTool, Tag("other")],
+                     Discriminator(_tool_tag)]
 
 
 class FunctionChoice(BaseModel):

@@ -50,6 +50,7 @@ class Policy:
     offer_tools: bool = True  # False for tool_choice "none"
     named: str | None = None  # the function named by tool_choice
     parallel: bool = True
+    namespaces: dict[str, str] = field(default_factory=dict)  # client tool name -> its namespace tool
 
 
 @dataclass
@@ -220,8 +221,8 @@ class ResponseStream:
             return out
         server = self.policy.servers.get(body.name)
         if server is None:
-            item, new = self._next(turn, "function_call", name=body.name,
-                                   call_id=exposed_call_id(self.head.sid, body.id))
+            item, new = self._next(turn, "function_call", name=body.name, namespace=self.policy.namespaces.get(
+                body.name, ""), call_id=exposed_call_id(self.head.sid, body.id))
         else:
             item, new = self._next(turn, "mcp_call", name=server[1], label=server[0])
         turn.by_index[body.index] = turn.calls[body.index] = item

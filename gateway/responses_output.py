@@ -31,6 +31,7 @@ class OutputItem:
     name: str = ""  # calls: the function's name (mcp: its name on the server)
     call_id: str = ""  # function_call only
     label: str = ""  # mcp_call: server_label
+    namespace: str = ""  # function_call of a tool in a namespace tool
     text: StreamedText = field(default_factory=StreamedText)  # message/reasoning text, or call arguments
     part_open: bool = False  # message/reasoning: content_part.added was sent
     args_done: bool = False  # calls: the arguments are complete
@@ -64,7 +65,8 @@ class OutputItem:
                         "content": [self.part()] if self.part_open else []}
             case "function_call":
                 return {"id": self.id, "type": "function_call", "call_id": self.call_id, "name": self.name,
-                        "arguments": self.text.sent, "status": self.status}
+                        "arguments": self.text.sent, "status": self.status,
+                        **({"namespace": self.namespace} if self.namespace else {})}
         return {"id": self.id, "type": "mcp_call", "server_label": self.label, "name": self.name,
                 "arguments": self.text.sent, "output": self.output, "error": self.error, "status": self.status}
 

@@ -3,9 +3,10 @@
 * the conversation: the stored conversation of ``previous_response_id`` (its owner's only; it
   must have finished) + the input items (``gateway.responses_items``); ``instructions`` go first
   as a system message and are not carried over to a follow-up, as OpenAI does;
-* tools: ``function`` tools are client tools (their calls end the response); ``mcp`` tools select
-  server tools (``gateway.server_tools``) that run while the model generates; any other type
-  is a 400 naming it;
+* tools: ``function`` tools are client tools (their calls end the response), and so are the
+  functions of a ``namespace`` tool (rendered by their own names, which must be unique; their
+  calls carry ``namespace``); ``mcp`` tools select server tools (``gateway.server_tools``) that
+  run while the model generates; any other type is a 400 naming it;
 * ``tool_choice`` as in chat completions (``gateway.openai_api``): ``none``, ``auto``, ``required``
   and a named function (the latter two force the turn's opening); with server tools only
   ``auto`` and ``none`` (a forced opening would force every turn of the loop);
@@ -17,14 +18,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError, unsupported
 from gateway.limits import check_counts
 from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
 from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
-                                    OtherChoice, ResponseInputs)
+                                    NamespaceTool, OtherChoice, ResponseInputs)
 from gateway.responses_format import Policy
 from gateway.responses_items import merge_system, normalize, to_messages
 from gateway.responses_read import finished
@@ -72,8 +73,8 @@ def check_supported(body: ResponseInputs) -> None:
         raise unsupported("text.format", f"type {body.text.format.type[:40]!r}")
     if body.text and body.text.verbosity not in (None, "medium"):
         raise unsupported("text.verbosity", f"{body.text.verbosity[:20]!r}")
-    if body.reasoning and body.reasoning.effort not in (None,):
-        raise unsupported("reasoning.effort", f"{body.reasoning.effort[:20]!r} (the model's reasoning is not steerable)")
+    if body.reasoning and body.reasoning.effort is not None:
+        raise unsupported("reasoning.effort", f"{body.reasoning.effort[:20]!r} (reasoning is not steerable here)")
     if isinstance(body, CreateResponse):
         _check_create(body)
 
@@ -98,15 +99,15 @@ async def build_prompt(state: Any, body: ResponseInputs, key: str) -> Prompt:
     history, owner = await _previous(state, body.previous_response_id, key)
     history = history + to_messages(normalize(body.input))
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    tools, client, servers = _tools(state, body.tools or [])
-    named = _tool_choice(body.tool_choice, client, bool(servers))
+    tools = _tools(state, body.tools or [])
+    named = _tool_choice(body.tool_choice, tools.client, bool(tools.servers))
     offer = body.tool_choice != "none"
-    rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
-    policy = Policy(servers, offer, named, body.parallel_tool_calls is not False)
+    rendered = [] if not offer else [t for t in tools.rendered if named is None or t["function"]["name"] == named]
+    policy = Policy(tools.servers, offer, named, body.parallel_tool_calls is not False, tools.namespaces)
     if not history:
         raise ApiError(400, "input: the conversation is empty; give at least one input item", param="input",
                        code="invalid_value")
-    return Prompt(history, merge_system(system + history), rendered, client, policy, owner)
+    return Prompt(history, merge_system(system + history), rendered, tools.client, policy, owner)
 
 
 async def _previous(state: Any, response_id: str | None, key: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -123,26 +124,41 @@ async def _previous(state: Any, response_id: str | None, key: str) -> tuple[list
     return stored.conv, stored.owner or None
 
 
-def _tools(state: Any, specs: list[Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, tuple[str, str]]]:
-    """(rendered tools, client tool names, server tools: model name -> (label, name there))."""
-    tools: list[dict[str, Any]] = []
-    client: list[str] = []
-    servers: dict[str, tuple[str, str]] = {}
+@dataclass
+class _Tools:
+    rendered: list[dict[str, Any]] = field(default_factory=list)
+    client: list[str] = field(default_factory=list)
+    servers: dict[str, tuple[str, str]] = field(default_factory=dict)  # model name -> (label, name there)
+    namespaces: dict[str, str] = field(default_factory=dict)  # client tool -> its namespace
+
+    def function(self, spec: FunctionTool, namespace: str = "") -> None:
+        self.rendered.append(spec.as_chat())
+        self.client.append(spec.name)
+        if namespace:
+            self.namespaces[spec.name] = namespace
+
+
+def _tools(state: Any, specs: list[Any]) -> _Tools:
+    """The request's tools: client functions (namespaced ones flattened) and the server tools mcp tools select."""
+    out = _Tools()
     for i, spec in enumerate(specs):
         if isinstance(spec, FunctionTool):
-            tools.append(spec.as_chat())
-            client.append(spec.name)
+            out.function(spec)
+        elif isinstance(spec, NamespaceTool):
+            for j, inner in enumerate(spec.tools):
+                if not isinstance(inner, FunctionTool):
+                    raise unsupported(f"tools[{i}].tools[{j}].type", f"a tool of type {inner.type[:40]!r}")
+                out.function(inner, spec.name)
         elif isinstance(spec, McpTool):
-            for t in _mcp(state, spec, f"tools[{i}]"):
-                servers[t.model_name] = (t.label, t.name)
+            out.servers.update({t.model_name: (t.label, t.name) for t in _mcp(state, spec, f"tools[{i}]")})
         else:
             raise unsupported(f"tools[{i}].type", f"a tool of type {spec.type[:40]!r}")
-    tools += state.registry.openai_tools(list(servers))
-    names = [t["function"]["name"] for t in tools]
+    out.rendered += state.registry.openai_tools(list(out.servers))
+    names = [t["function"]["name"] for t in out.rendered]
     if len(set(names)) != len(names):
-        raise ApiError(400, "tools: tool names must be unique (a function tool has a server tool's name)",
+        raise ApiError(400, "tools: tool names must be unique (across namespaces and server tools)",
                        param="tools", code="invalid_value")
-    return tools, client, servers
+    return out
 
 
 def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:

@@ -51,12 +51,14 @@ class StoredResponse:
 
 
 def _policy_json(p: Policy) -> str:
-    return json.dumps({"servers": p.servers, "offer_tools": p.offer_tools, "named": p.named, "parallel": p.parallel})
+    return json.dumps({"servers": p.servers, "offer_tools": p.offer_tools, "named": p.named, "parallel": p.parallel,
+                       "namespaces": p.namespaces})
 
 
 def _policy(raw: str) -> Policy:
     d = json.loads(raw)
-    return Policy({k: tuple(v) for k, v in d["servers"].items()}, d["offer_tools"], d["named"], d["parallel"])
+    return Policy({k: tuple(v) for k, v in d["servers"].items()}, d["offer_tools"], d["named"], d["parallel"],
+                  d["namespaces"])
 
 
 def _s(v: Any) -> str:

@@ -44,7 +44,8 @@ def select(state: Any, label: str, allowed: list[str] | None, server_url: str | 
     urls = _mcp_urls(state.cfg.tools_config or "")
     if label != OWN_LABEL and label not in urls and not available:
         raise ApiError(400, f"{param}.server_label: no MCP server {label[:64]!r} is configured; known: "
-                       f"{', '.join([OWN_LABEL, *sorted(urls)])}", param=f"{param}.server_label", code="unknown_mcp_server")
+                       f"{', '.join([OWN_LABEL, *sorted(urls)])}", param=f"{param}.server_label",
+                       code="unknown_mcp_server")
     if server_url is not None and (urls.get(label) or "").rstrip("/") != server_url.rstrip("/"):
         raise ApiError(400, f"{param}.server_url: {server_url[:100]!r} is not the configured URL of MCP server "
                        f"{label[:64]!r}; this server connects only to servers it is configured with",

@@ -5,8 +5,9 @@
 context, so the turns are scripted (ReplayEngine, the stack's ``replay_script``): turn 0 calls Codex's
 own ``exec_command`` tool to write a file, turn 1 answers.  Codex runs the command itself, sends the
 result back as a ``function_call_output`` item and prints the answer.  Its only network peer is the
-gateway: update checks and analytics are off, web search and the multi-agent tools are disabled (the
-gateway answers 400 to tool types it cannot run, such as ``web_search``).
+gateway: update checks and analytics are off, and web search is disabled (the gateway answers 400 to
+tool types it cannot run, such as ``web_search``).  Codex's namespaced tools (``multi_agent_v1``) go
+to the model as plain function tools.
 """
 
 from __future__ import annotations
@@ -37,9 +38,6 @@ check_for_update_on_startup = false
 web_search = "disabled"
 
 [analytics]
-enabled = false
-
-[agents]
 enabled = false
 
 [features]

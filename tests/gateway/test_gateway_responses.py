@@ -111,6 +111,19 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
         "get_time"]
 
 
+def test_namespaced_functions_are_client_tools_whose_calls_carry_the_namespace(client: openai.OpenAI) -> None:
+    tools = [{"type": "namespace", "name": "weather", "description": "Weather tools", "tools": [TOOLS[0]]},
+             TOOLS[1]]
+    resp = client.responses.create(model=MODEL, input=ASK, tools=tools, extra_body={"replay": TWO_CALLS})
+    calls = [o for o in resp.output if o.type == "function_call"]
+    assert [(c.name, c.namespace) for c in calls] == [("get_weather", "weather"), ("get_time", None)]
+    assert resp.tools[0].type == "namespace" and resp.tools[0].tools[0].name == "get_weather"
+    clash = [{"type": "namespace", "name": "a", "description": "", "tools": [TOOLS[0]]}, TOOLS[0]]
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model=MODEL, input=ASK, tools=clash)
+    assert bad.value.body["param"] == "tools"
+
+
 def _collect(stream, limit: int | None = None) -> list:
     out = []
     for event in stream:
