@@ -17,6 +17,7 @@ that disconnects mid-request cancels its session, which stops generation.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -28,13 +29,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway.bodies import ChatRequest, NamedToolChoice
-from gateway.errors import ApiError, not_found, unsupported
+from gateway.errors import ApiError, not_found
 from gateway.limits import check_counts
 from gateway.openai_format import ChatOptions, ChatStream, Diverged, UpstreamError
 from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
 from gateway.sessions import Caller
-from gateway.sse import EventStreamResponse, while_connected
+from gateway.sse import EventStreamResponse
 from runtime.config import Config
 from workers.parser import forced_opener
 from runtime.routing import conversation_key
@@ -84,8 +85,12 @@ class ChatPlan:
     offer_tools: bool
 
 
+def _unsupported(param: str, what: str) -> ApiError:
+    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
+
+
 def check_model(cfg: Config, model: str) -> None:
-    """404 (OpenAI's ``model_not_found``) unless ``model`` names the served model."""
+    """A 404 unless a request's ``model`` names the served model."""
     if model not in accepted_models(cfg):
         raise ApiError(404, f"model {model[:80]!r} not found; this server serves {served_model(cfg)!r}",
                        param="model", code="model_not_found")
@@ -95,11 +100,11 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     """Validate a chat request against this deployment and map it onto a oneshot session."""
     check_model(cfg, body.model)
     if (body.n or 1) != 1:
-        raise unsupported("n", "more than one choice")
+        raise _unsupported("n", "more than one choice")
     if body.logprobs:
-        raise unsupported("logprobs", "logprobs")
+        raise _unsupported("logprobs", "logprobs")
     if body.response_format and body.response_format.type != "text":
-        raise unsupported("response_format", f"type {body.response_format.type[:40]!r}")
+        raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
     tools = [t.as_dict() for t in body.tools or []]
@@ -182,11 +187,15 @@ class _Run:
 
     async def collect(self, request: Request) -> JSONResponse:
         """The whole completion as one ``chat.completion`` object (cancelled if the client leaves)."""
-        consume = None
+        consume = asyncio.create_task(self._consume())
+        gone = asyncio.create_task(_disconnected(request))
         try:
-            consume = await while_connected(self._consume(), request)
+            await asyncio.wait({consume, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await self._release(consume is not None and not consume.cancelled() and consume.exception() is None)
+            for t in (consume, gone):
+                t.cancel()
+            await asyncio.gather(consume, gone, return_exceptions=True)
+            await self._release(consume.done() and not consume.cancelled() and consume.exception() is None)
         if consume.cancelled():
             return _failure(Dropped("client disconnected", self.sub.last_id)).response()
         if consume.exception() is not None:
@@ -204,6 +213,11 @@ class _Run:
         self.relay.unsubscribe(self.sub)
         if not finished and not self.stream.ended:
             await self.ops.cancel_unchecked(self.sid, 0)  # nobody is listening: stop generating
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _failure(exc: Exception) -> ApiError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ import httpx
 import redis
 import websockets
 
+from schemas import keys
 from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
@@ -123,3 +125,13 @@ async def read_sse(url: str, path: str, headers: dict[str, str] | None = None,
                     if limit is not None and len(out) >= limit:
                         break
     return out
+
+
+def assert_cancelled_mid_turn(r: redis.Redis, sid: str, full: str) -> None:
+    """The oneshot session ``sid`` was cancelled and its decoder stopped before writing all of ``full``."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
+        time.sleep(0.05)
+    assert r.hget(keys.session(sid), "status") == b"cancelled"
+    raw = json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]
+    assert 0 < len(raw) < len(full)  # the decoder stopped generating

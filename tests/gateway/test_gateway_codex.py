@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from gateway_harness import MODEL, GwStack
-from tests.harness_clients import npm_bin
+from npm_harness import npm_bin
 
 CODEX_VERSION = os.environ.get("TURNSTREAM_CODEX_VERSION", "0.171.0")
 FILE, TEXT = "hello.txt", "hello from codex"

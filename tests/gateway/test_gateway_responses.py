@@ -8,9 +8,7 @@ import time
 import httpx
 import openai
 import pytest
-from gateway_harness import MODEL, GwStack
-
-from schemas import keys
+from gateway_harness import MODEL, GwStack, assert_cancelled_mid_turn
 
 ALICE, BOB = "sk-resp-alice-0123456789", "sk-resp-bob-9876543210"
 GATEWAY_CONFIG = dict(api_keys=(ALICE, BOB), rate_limit_rps=1000, rate_limit_burst=1000)
@@ -167,11 +165,7 @@ def test_cancel_stops_a_background_response(client: openai.OpenAI, gw: GwStack) 
     cancelled = client.responses.cancel(resp.id)
     assert cancelled.status == "cancelled" and client.responses.retrieve(resp.id).status == "cancelled"
     assert client.responses.cancel(resp.id).status == "cancelled"  # idempotent
-    r, sid = gw.redis(), resp.id.removeprefix("resp_")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
-        time.sleep(0.05)
-    assert 0 < len(json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]) < len(long)  # the decoder stopped
+    assert_cancelled_mid_turn(gw.redis(), resp.id.removeprefix("resp_"), long)  # the decoder stopped
     done = client.responses.create(model=MODEL, input=ASK, extra_body={"replay": ["ok"]})
     with pytest.raises(openai.BadRequestError):
         client.responses.cancel(done.id)  # a finished response cannot be cancelled
@@ -180,11 +174,8 @@ def test_cancel_stops_a_background_response(client: openai.OpenAI, gw: GwStack) 
 def test_a_client_that_leaves_mid_stream_cancels_generation(client: openai.OpenAI, gw: GwStack) -> None:
     long = "word " * 2000
     stream = client.responses.create(model=MODEL, input=ASK, stream=True, extra_body={"replay": [long]})
-    events = _collect(stream, limit=6)
-    rid = events[0].response.id
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and client.responses.retrieve(rid).status == "in_progress":
-        time.sleep(0.05)
+    rid = _collect(stream, limit=6)[0].response.id
+    assert_cancelled_mid_turn(gw.redis(), rid.removeprefix("resp_"), long)
     assert client.responses.retrieve(rid).status == "cancelled"
 
 
