@@ -73,12 +73,16 @@ async def create_response(body: CreateResponse, request: Request, who: Caller) -
 
 
 async def _session(state: Any, p: Plan, who: Any) -> str:
-    """Create the response's session (not started yet)."""
+    """Create the response's session (not started yet): one turn whose calls all go back to the client, or,
+    with server tools, the server's loop (until a turn without calls, or ``max_turns``)."""
     prompt = p.prompt
-    if p.server_tools:
-        raise unsupported("tools", "an mcp tool (the server-tool loop for responses is not available yet)")
-    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
-                                  params=p.params, max_turns=1, meta=p.meta, oneshot=True)
+    if not p.server_tools:
+        return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
+                                      params=p.params, max_turns=1, meta=p.meta, oneshot=True)
+    if prompt.client_tools:
+        raise unsupported("tools", "function tools together with mcp tools in one response (not available yet)")
+    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=[], params=p.params,
+                                  max_turns=state.cfg.max_turns, meta=p.meta)
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=_SSE)

@@ -36,6 +36,7 @@ from typing import Any
 
 from gateway.openai_format import Diverged
 from gateway.responses_output import OutputItem, ResponseHead, Usage, exposed_call_id, usage_object
+from gateway.server_tools import OWN_LABEL
 from schemas.events import (PARSE_BODIES, ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
                             ToolCallBegin, ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted,
                             TurnStarted)
@@ -51,6 +52,14 @@ class Policy:
     named: str | None = None  # the function named by tool_choice
     parallel: bool = True
     namespaces: dict[str, str] = field(default_factory=dict)  # client tool name -> its namespace tool
+    clients: tuple[str, ...] = ()  # the client tools (with server tools, any other call is the server's)
+
+    def server(self, name: str) -> tuple[str, str] | None:
+        """(server_label, name there) of a call the server runs; None for a client call.  In a response with
+        server tools a call of an unknown name is the server's too: it answers it with an error."""
+        if name in self.servers:
+            return self.servers[name]
+        return (OWN_LABEL, name) if self.servers and name not in self.clients else None
 
 
 @dataclass
@@ -207,7 +216,7 @@ class ResponseStream:
 
     # ------------------------------------------------------------------ calls
     def _offered(self, turn: _Turn, name: str) -> bool:
-        if name in self.policy.servers:
+        if self.policy.server(name) is not None:
             return True
         if not self.policy.offer_tools or (self.policy.named and name != self.policy.named):
             return False
@@ -219,7 +228,7 @@ class ResponseStream:
         if not self._offered(turn, body.name):
             turn.by_index[body.index] = None
             return out
-        server = self.policy.servers.get(body.name)
+        server = self.policy.server(body.name)
         if server is None:
             item, new = self._next(turn, "function_call", name=body.name, namespace=self.policy.namespaces.get(
                 body.name, ""), call_id=exposed_call_id(self.head.sid, body.id))

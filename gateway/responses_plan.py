@@ -103,7 +103,8 @@ async def build_prompt(state: Any, body: ResponseInputs, key: str) -> Prompt:
     named = _tool_choice(body.tool_choice, tools.client, bool(tools.servers))
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools.rendered if named is None or t["function"]["name"] == named]
-    policy = Policy(tools.servers, offer, named, body.parallel_tool_calls is not False, tools.namespaces)
+    policy = Policy(tools.servers, offer, named, body.parallel_tool_calls is not False, tools.namespaces,
+                    tuple(tools.client))
     if not history:
         raise ApiError(400, "input: the conversation is empty; give at least one input item", param="input",
                        code="invalid_value")

@@ -52,13 +52,13 @@ class StoredResponse:
 
 def _policy_json(p: Policy) -> str:
     return json.dumps({"servers": p.servers, "offer_tools": p.offer_tools, "named": p.named, "parallel": p.parallel,
-                       "namespaces": p.namespaces})
+                       "namespaces": p.namespaces, "clients": p.clients})
 
 
 def _policy(raw: str) -> Policy:
     d = json.loads(raw)
     return Policy({k: tuple(v) for k, v in d["servers"].items()}, d["offer_tools"], d["named"], d["parallel"],
-                  d["namespaces"])
+                  d["namespaces"], tuple(d["clients"]))
 
 
 def _s(v: Any) -> str:

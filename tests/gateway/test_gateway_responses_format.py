@@ -120,6 +120,18 @@ def test_server_tools_are_mcp_calls_and_the_loop_goes_on_in_one_response() -> No
         assert f"response.mcp_call{sep}{kind}" in t, kind
 
 
+def test_with_server_tools_a_call_of_an_unknown_name_is_the_servers_and_a_client_tool_the_clients() -> None:
+    events = [*call(0, "made_up", "{}"), *call(1, "get_time", "{}"), ev(TurnEnded(finish_reason="tool_calls")),
+              ev(ToolResult(index=0, id="call_0_0", name="made_up", content="unknown tool", is_error=True), attempt=0),
+              ev(SessionEnded(reason="tool_calls"))]
+    _, out = run(events, Policy(servers=WEATHER.servers, clients=("get_time",)))
+    final = Response.model_validate(out[-1]["response"])
+    assert [(o.type, o.status) for o in final.output] == [("mcp_call", "failed"), ("function_call", "completed")]
+    assert (final.output[0].server_label, final.output[0].name) == ("turnstream", "made_up")
+    _, out = run(events)  # without server tools every call is the client's (as in chat completions)
+    assert [o["type"] for o in out[-1]["response"]["output"]] == ["function_call", "function_call"]
+
+
 def test_a_turn_cut_off_is_incomplete_with_max_output_tokens() -> None:
     events = [ev(ContentDelta(text="Hel")), *call(0, "get_weather", '{"ci')[:3],
               ev(ToolCallInvalid(index=0, id="call_0_0", name="get_weather", truncated=True)),
