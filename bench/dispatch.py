@@ -33,7 +33,10 @@ from runtime import bus
 from runtime.config import Config, load_config
 from turnstream.embedded import EmbeddedRedis, _die_with_parent
 from turnstream.stack import child_env, spawn, stop_all
-from workers.tools.dispatch import Dispatcher, arq_pool, tool_job
+from runtime import tool_catalog
+from runtime.tool_queue import Dispatcher, arq_pool, tool_job
+from workers.tools.config import load_registry_config
+from workers.tools.worker import catalog_entries
 
 GOAL_P50_MS, GOAL_P99_MS = 3.0, 15.0
 KINDS = {"waking": "probe", "stock": "probe_stock"}  # pool -> the probe tool routed to it
@@ -70,12 +73,11 @@ async def _stock_worker(cfg: Config) -> None:
     from arq.worker import Worker, func
 
     from runtime.config import default_worker_id
-    from workers.tools.dispatch import RUN_TOOL, deserialize, serialize
-    from workers.tools.registry import Registry
+    from runtime.tool_queue import RUN_TOOL, deserialize, serialize
     from workers.tools.runner import ToolRunner, job_timeout
 
     r = bus.connect(cfg.redis_url)
-    registry = Registry.from_config(cfg.tools_config)
+    registry = load_registry_config(cfg.tools_config)
     runner = ToolRunner(cfg, r, registry, default_worker_id("stock"))
     worker = Worker(functions=[func(runner.run_tool, name=RUN_TOOL, timeout=job_timeout(registry))],
                     queue_name=keys.tool_queue("stock"), redis_settings=RedisSettings.from_dsn(cfg.arq_url),
@@ -163,9 +165,9 @@ async def _bursts(d: Driver, n: int, size: int) -> None:
 
 async def _run(args: argparse.Namespace, cfg: Config) -> dict:
     arq = await arq_pool(cfg.arq_url)
-    from workers.tools.registry import Registry
-
-    d = Driver(cfg, Dispatcher(arq, Registry.from_config(cfg.tools_config)))
+    r = bus.connect(cfg.redis_url)
+    await tool_catalog.publish(r, catalog_entries(load_registry_config(cfg.tools_config)))  # both pools' tools
+    d = Driver(cfg, Dispatcher(arq, tool_catalog.ToolCatalog(r)))
     await _wait_ready(d.r)
     await asyncio.sleep(1.0)  # the other workers of each pool
     await _singles(d, "warmup", 5, args.rate)
@@ -175,6 +177,7 @@ async def _run(args: argparse.Namespace, cfg: Config) -> dict:
     started = await d.started_at(list(d.sent))
     await arq.aclose()
     await d.r.aclose()
+    await r.aclose()
     lat: dict[str, dict[str, list[float]]] = {}
     for sid, (kind, phase, t_ready) in d.sent.items():
         if phase != "warmup" and sid in started:

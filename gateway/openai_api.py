@@ -37,7 +37,8 @@ from gateway.session_ops import SessionOps
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from runtime.config import Config
-from workers.parser import forced_opener
+from runtime.session import SessionMode
+from workers.decode.forcing import forced_opener  # moves into the decoder with the grammar work (issue 17)
 from runtime.routing import conversation_key
 
 router = APIRouter(tags=["openai"])
@@ -149,7 +150,7 @@ async def chat_completions(body: ChatRequest, request: Request,
     ops: SessionOps = state.ops
     names = [t["function"]["name"] for t in plan.tools]
     sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names, params=plan.params, max_turns=1,
-                           meta=plan.meta, oneshot=True)
+                           meta=plan.meta, mode=SessionMode.ONESHOT)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
                                     plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from gateway.errors import ApiError, unsupported
+from gateway.errors import ApiError
 from gateway.openai_api import check_model
 from gateway.responses_body import CreateResponse, ResponseInputs
 from gateway.responses_format import ResponseStream
@@ -41,6 +41,7 @@ from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
 from runtime.routing import conversation_key
+from runtime.session import SessionMode
 
 router = APIRouter(tags=["responses"])
 _SSE = {200: {"content": {"text/event-stream": {}}, "description": "a Response object, or its events when streaming"}}
@@ -74,15 +75,12 @@ async def create_response(body: CreateResponse, request: Request, who: Caller) -
 
 async def _session(state: Any, p: Plan, who: Any) -> str:
     """Create the response's session (not started yet): one turn whose calls all go back to the client, or,
-    with server tools, the server's loop (until a turn without calls, or ``max_turns``)."""
+    with server tools, the server's loop (until a turn without calls, a turn calling a client tool once its
+    server calls have results, or ``max_turns``)."""
     prompt = p.prompt
-    if not p.server_tools:
-        return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
-                                      params=p.params, max_turns=1, meta=p.meta, oneshot=True)
-    if prompt.client_tools:
-        raise unsupported("tools", "function tools together with mcp tools in one response (not available yet)")
-    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=[], params=p.params,
-                                  max_turns=state.cfg.max_turns, meta=p.meta)
+    mode, max_turns = (SessionMode.RETURN_CALLS, state.cfg.max_turns) if p.server_tools else (SessionMode.ONESHOT, 1)
+    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
+                                  params=p.params, max_turns=max_turns, meta=p.meta, mode=mode)
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=_SSE)

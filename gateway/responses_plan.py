@@ -30,7 +30,7 @@ from gateway.responses_format import Policy
 from gateway.responses_items import merge_system, normalize, to_messages
 from gateway.responses_read import finished
 from gateway.server_tools import select
-from workers.parser import forced_opener
+from workers.decode.forcing import forced_opener  # as gateway.openai_api (moves into the decoder, issue 17)
 
 # include values that change nothing here: no such items exist, or reasoning is never encrypted
 HARMLESS_INCLUDES = {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
@@ -99,7 +99,7 @@ async def build_prompt(state: Any, body: ResponseInputs, key: str) -> Prompt:
     history, owner = await _previous(state, body.previous_response_id, key)
     history = history + to_messages(normalize(body.input))
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    tools = _tools(state, body.tools or [])
+    tools = await _tools(state, body.tools or [])
     named = _tool_choice(body.tool_choice, tools.client, bool(tools.servers))
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools.rendered if named is None or t["function"]["name"] == named]
@@ -139,7 +139,7 @@ class _Tools:
             self.namespaces[spec.name] = namespace
 
 
-def _tools(state: Any, specs: list[Any]) -> _Tools:
+async def _tools(state: Any, specs: list[Any]) -> _Tools:
     """The request's tools: client functions (namespaced ones flattened) and the server tools mcp tools select."""
     out = _Tools()
     for i, spec in enumerate(specs):
@@ -151,10 +151,12 @@ def _tools(state: Any, specs: list[Any]) -> _Tools:
                     raise unsupported(f"tools[{i}].tools[{j}].type", f"a tool of type {inner.type[:40]!r}")
                 out.function(inner, spec.name)
         elif isinstance(spec, McpTool):
-            out.servers.update({t.model_name: (t.label, t.name) for t in _mcp(state, spec, f"tools[{i}]")})
+            for tool in await _mcp(state, spec, f"tools[{i}]"):
+                if tool.info.name not in out.servers:
+                    out.servers[tool.info.name] = (tool.label, tool.name)
+                    out.rendered.append(tool.info.openai())
         else:
             raise unsupported(f"tools[{i}].type", f"a tool of type {spec.type[:40]!r}")
-    out.rendered += state.registry.openai_tools(list(out.servers))
     names = [t["function"]["name"] for t in out.rendered]
     if len(set(names)) != len(names):
         raise ApiError(400, "tools: tool names must be unique (across namespaces and server tools)",
@@ -162,7 +164,7 @@ def _tools(state: Any, specs: list[Any]) -> _Tools:
     return out
 
 
-def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
+async def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
     if spec.require_approval != "never":
         raise unsupported(f"{param}.require_approval", 'anything but "never" (approvals are not implemented)')
     for name in ("connector_id", "authorization", "headers"):
@@ -173,7 +175,7 @@ def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
         if allowed.read_only is not None:
             raise unsupported(f"{param}.allowed_tools.read_only", "filtering by read_only")
         allowed = allowed.tool_names
-    return select(state, spec.server_label, allowed, spec.server_url, param)
+    return await select(state, spec.server_label, allowed, spec.server_url, param)
 
 
 def _tool_choice(choice: Any, client: list[str], servers: bool) -> str | None:

@@ -31,6 +31,7 @@ from gateway.responses_format import ResponseStream
 from gateway.responses_read import finalize
 from gateway.responses_store import StoredResponse
 from gateway.sse import while_connected
+from runtime.session import Status
 
 log = logging.getLogger(__name__)
 
@@ -127,5 +128,5 @@ def spawn_follower(state: Any, run: ResponseRun) -> None:
 async def cancel_session(state: Any, sid: str) -> None:
     """End a response's session with reason "cancelled" (no-op once it ended)."""
     info = await state.ops.sessions.get(sid)
-    if info is not None and info.status == "active":
+    if info is not None and info.status is Status.ACTIVE:
         await state.ops.cancel_unchecked(sid, info.turn)

@@ -24,28 +24,29 @@ from gateway.errors import ApiError, not_found
 from gateway.metrics import Metrics
 from schemas import keys
 from schemas.codec import encode
-from schemas.events import StartTurn, call_id_prefix
+from schemas.events import StartTurn
 from runtime import bus, routing
-from runtime.barrier import Arrival, Barrier
+from runtime.barrier import Arrival
+from runtime.client_calls import ClientResultError, submit_client_result
 from runtime.config import Config
-from runtime.session import SessionInfo, Sessions, end_session, new_sid
-from workers.tools.client import ClientResultError, submit_client_result
+from runtime.session import SessionInfo, SessionMode, Status, new_sid
+from runtime.turns import Turns
 
 log = logging.getLogger(__name__)
 
 # Continue an ended/cancelled session at turn ARGV[2] = ARGV[1] + 1, atomically:
-# KEYS: session hash, messages, token log, event stream.  ARGV: turn, next turn, max_turns,
-# n (count of turn ARGV[1]'s closing messages), those n messages, the user message.
+# KEYS: session hash, messages, token log, event stream.  ARGV: turn, next turn, max_turns, the
+# user message.  Turn ARGV[1] was folded into the conversation when it ended (``runtime.turns``);
+# a cancelled turn the parser had not finished yet is closed here (``conv_turn``), so its late
+# fold cannot land after the new user message.
 _CONTINUE = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= 'ended' and st ~= 'cancelled' then return -1 end
 if redis.call('HGET', KEYS[1], 'turn') ~= ARGV[1] then return -2 end
-local n = tonumber(ARGV[4])
 if tonumber(redis.call('HGET', KEYS[1], 'conv_turn') or '-1') < tonumber(ARGV[1]) then
-  for i = 5, 4 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
   redis.call('HSET', KEYS[1], 'conv_turn', ARGV[1])
 end
-redis.call('RPUSH', KEYS[2], ARGV[5 + n])
+redis.call('RPUSH', KEYS[2], ARGV[4])
 redis.call('HSETNX', KEYS[1], 'done:' .. ARGV[1], '0')
 redis.call('HSET', KEYS[1], 'status', 'active', 'turn', ARGV[2], 'max_turns', ARGV[3])
 redis.call('HDEL', KEYS[1], 'ended')
@@ -59,8 +60,8 @@ _ARRIVAL = {Arrival.DUPLICATE: "duplicate", Arrival.RECORDED: "recorded", Arriva
 class SessionOps:
     def __init__(self, cfg: Config, r: aioredis.Redis, metrics: Metrics) -> None:
         self.cfg, self.r, self.metrics = cfg, r, metrics
-        self.sessions = Sessions(r)
-        self.barrier = Barrier(r, cfg.session_ttl_s)
+        self.turns = Turns(r, cfg.session_ttl_s)
+        self.sessions = self.turns.sessions
         self._continue = r.register_script(_CONTINUE)
 
     async def owned(self, sid: str, principal: Principal) -> SessionInfo:
@@ -72,11 +73,11 @@ class SessionOps:
 
     async def create(self, principal: Principal, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]],
                      client_tools: list[str], params: dict[str, Any], max_turns: int, meta: dict[str, Any],
-                     oneshot: bool = False) -> str:
+                     mode: SessionMode = SessionMode.LOOP) -> str:
         """Write a new session record (not started yet: see ``start``)."""
         sid = new_sid()
         await self.sessions.create(sid, messages, key=principal.key_id, tools=tools, params=params,
-                                   max_turns=max_turns, meta=meta, client_tools=client_tools, oneshot=oneshot)
+                                   max_turns=max_turns, meta=meta, client_tools=client_tools, mode=mode)
         return sid
 
     async def start(self, sid: str, turn: int = 0, *, route_key: str | None = None, owner: str | None = None) -> None:
@@ -89,8 +90,8 @@ class SessionOps:
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:
         info = await self.owned(sid, principal)
-        return {"id": sid, "object": "session", "status": info.status, "turn": info.turn,
-                "max_turns": info.max_turns, "oneshot": info.oneshot,
+        return {"id": sid, "object": "session", "status": info.status.value, "turn": info.turn,
+                "max_turns": info.max_turns, "mode": info.mode.value, "oneshot": info.oneshot,
                 "tools": [t.get("function", {}).get("name") for t in info.tools], "client_tools": info.client_tools,
                 "messages": await self.sessions.messages(sid),
                 "last_event_id": await bus.last_id(self.r, keys.events(sid))}
@@ -102,18 +103,17 @@ class SessionOps:
         Returns the new turn and the id of the last event before it (subscribe after it).
         """
         info = await self.owned(sid, principal)
-        if info.oneshot:
+        if info.mode is not SessionMode.LOOP:
             raise ApiError(409, "a chat-completion session cannot be continued; send a new request",
                            code="session_oneshot")
-        if info.status == "active":
+        if info.active:
             raise ApiError(409, "the session is still running a turn; cancel it or wait for session.ended",
                            code="session_busy")
         turn = info.turn + 1
         limit = turn + (max_turns or self.cfg.max_turns)
         after = await bus.last_id(self.r, keys.events(sid))
-        closing = await self._closing_messages(sid, info)
-        args = [info.turn, turn, limit, len(closing), *[json.dumps(m) for m in closing],
-                json.dumps({"role": "user", "content": content})]
+        await self.turns.fold(sid, info.turn, info)  # already folded when it ended, unless a cancel was first
+        args = [info.turn, turn, limit, json.dumps({"role": "user", "content": content})]
         ks = [keys.session(sid), keys.messages(sid), keys.tokens(sid), keys.events(sid)]
         if int(await self._continue(keys=ks, args=args)) != 1:
             raise ApiError(409, "the session changed while continuing it; retry", code="session_busy")
@@ -121,53 +121,29 @@ class SessionOps:
         await self.start(sid, turn, owner=info.owner or None)
         return turn, after
 
-    async def _closing_messages(self, sid: str, info: SessionInfo) -> list[dict[str, Any]]:
-        """The assistant (and tool) messages of the session's last turn, which the decoder stores
-        only when it continues a turn itself (a final turn's text is kept in ``asst:{turn}``)."""
-        from workers.parser import parse_text
-
-        raw_json = await self.sessions.field(sid, f"asst:{info.turn}")
-        if raw_json is None:
-            return []
-        raw = json.loads(raw_json).get("raw", "")
-        parsed = parse_text(self.cfg.tool_format, raw, reasoning=self.cfg.reasoning or None,
-                            call_id_prefix=call_id_prefix(info.turn))
-        results = await self.barrier.results(sid, info.turn)
-        if not parsed.calls:
-            return [{"role": "assistant", "content": parsed.content or "", "raw": raw}]
-        if info.status == "cancelled" or not results:
-            return [{"role": "assistant", "content": parsed.content or ""}]  # calls without results: drop them
-        args = {c.index: c.arguments for c in parsed.calls}
-        calls = [{"id": r["id"], "type": "function",
-                  "function": {"name": r["name"], "arguments": args.get(r["index"], r.get("arguments", "{}"))}}
-                 for r in results]
-        msgs: list[dict[str, Any]] = [{"role": "assistant", "content": parsed.content or None, "tool_calls": calls,
-                                       "raw": raw}]
-        return msgs + [{"role": "tool", "tool_call_id": r["id"], "name": r["name"], "content": r["content"]}
-                       for r in results]
-
     async def tool_result(self, sid: str, principal: Principal, call_id: str, content: str, is_error: bool) -> str:
         """Record a client-side tool's result: "recorded", "completed" (the turn continues) or "duplicate"."""
         info = await self.owned(sid, principal)
-        if info.status != "active":
-            raise ApiError(409, f"session is {info.status}, not waiting for tool results", code="session_not_active")
         try:
-            arrival = await submit_client_result(self.barrier, self.sessions, sid, call_id, content, is_error)
+            arrival = await submit_client_result(self.turns, sid, call_id, content, is_error)
         except ClientResultError as exc:
+            if not info.active:
+                raise ApiError(409, f"session is {info.status}, not waiting for tool results",
+                               code="session_not_active") from None
             raise ApiError(400, str(exc), param="tool_call_id", code="invalid_tool_call_id") from None
         return _ARRIVAL[arrival]
 
     async def cancel(self, sid: str, principal: Principal) -> str:
         """Cancel the session's running turn (idempotent); returns the session's status."""
         info = await self.owned(sid, principal)
-        if info.status == "active":
+        if info.active:
             await self.cancel_unchecked(sid, info.turn)
             log.info("sid=%s turn=%d cancelled by the client", sid, info.turn)
-        return await self.sessions.field(sid, "status") or "cancelled"
+        return await self.sessions.field(sid, "status") or Status.CANCELLED.value
 
     async def cancel_unchecked(self, sid: str, turn: int) -> None:
         """End the session with reason "cancelled"; its decoder aborts the turn when it next checks."""
-        await end_session(self.sessions, sid, turn, "cancelled", ttl_s=self.cfg.session_ttl_s)
+        await self.turns.end(sid, turn, "cancelled")
 
 
 def _plausible(sid: str) -> bool:

@@ -20,7 +20,7 @@ from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
 from runtime.routing import conversation_key
-from workers.tools.client import ToolRequestError, split_tools
+from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
 
@@ -37,12 +37,12 @@ def ops(request: Request) -> SessionOps:
     return request.app.state.ops
 
 
-def resolve_tools(registry: Any, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """(tool definitions to render, names of client tools), by ``workers.tools.client.split_tools``:
+async def resolve_tools(catalog: ToolCatalog, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """(tool definitions to render, names of client tools), by ``runtime.tool_catalog.split_tools``:
     names pick server tools; a definition of a tool the server does not have is a client tool."""
     items = None if requested is None else [t if isinstance(t, str) else t.as_dict() for t in requested]
     try:
-        return tuple(split_tools(registry, items))
+        return tuple(split_tools(await catalog.tools(), items))
     except ToolRequestError as exc:
         raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
@@ -59,7 +59,7 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     max_turns = body.max_turns or cfg.max_turns
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
-    tools, client = resolve_tools(request.app.state.registry, body.tools)
+    tools, client = await resolve_tools(request.app.state.catalog, body.tools)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop}
     o = ops(request)
@@ -112,4 +112,4 @@ async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, A
 @router.get("/v1/tools")
 async def list_tools(request: Request, who: Caller) -> dict[str, Any]:
     """The server tools of this deployment, as OpenAI tool definitions."""
-    return {"object": "list", "data": request.app.state.registry.openai_tools()}
+    return {"object": "list", "data": [t.openai() for t in (await request.app.state.catalog.tools()).values()]}

@@ -14,8 +14,11 @@ Barrier hash ``ts:s:{sid}:t:{turn}:bar``::
     s:{i}    call i started                c:{i}   call i went to the client ({t, id, name})
     done     completion time               sent    continuation sent
 
-Redis Cluster: the script's KEYS are the barrier hash and the session's event stream, both
-tagged ``{sid}``; ``send_continuation`` and the client-call helpers are plain commands.
+The script's result and start events are published only while the turn's ``session.ended`` is
+not out (a cancel while a tool runs: its result is recorded, but the client sees nothing after
+the ending).  Redis Cluster: the script's KEYS are the barrier hash, the session's event
+stream and its record, all tagged ``{sid}``; ``send_continuation`` and the client-call helpers
+are plain commands.
 """
 
 from __future__ import annotations
@@ -32,23 +35,24 @@ from schemas import keys
 from schemas.codec import encode
 from schemas.events import ContinueTurn
 from runtime import bus
-from runtime.session import Sessions
+from runtime.session import Field
 
 log = logging.getLogger(__name__)
 
 _BARRIER = """
 local op = ARGV[1]
+local live = redis.call('HEXISTS', KEYS[3], ARGV[8]) == 0
 if op == 'started' then
   if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[2]) == 1 then return -1 end
   if redis.call('HSETNX', KEYS[1], 's:' .. ARGV[2], ARGV[3]) == 0 then return 0 end
-  if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
+  if live and ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
   redis.call('EXPIRE', KEYS[1], ARGV[6])
   return 1
 end
 if op == 'result' then
   if redis.call('HSETNX', KEYS[1], 'r:' .. ARGV[2], ARGV[3]) == 0 then return 0 end
   redis.call('HINCRBY', KEYS[1], 'nres', 1)
-  if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
+  if live and ARGV[4] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'd', ARGV[4]) end
 elseif op == 'end' then
   if redis.call('HSETNX', KEYS[1], 'n', ARGV[2]) == 0 then return 0 end
 end
@@ -82,8 +86,8 @@ class Barrier:
         self._script = r.register_script(_BARRIER)
 
     async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> int:
-        args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time())]
-        return int(await self._script(keys=[keys.barrier(sid, turn), keys.events(sid)], args=args))
+        args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time()), Field.ended(turn)]
+        return int(await self._script(keys=[keys.barrier(sid, turn), keys.events(sid), keys.session(sid)], args=args))
 
     async def start(self, sid: str, turn: int, index: int, event: bytes = b"") -> Start:
         """Mark call ``index`` started, publishing ``event`` the first time (one round trip)."""
@@ -131,25 +135,16 @@ class Barrier:
         if owner and await self.r.exists(keys.decoder_heartbeat(owner.decode())):
             stream = keys.decoder_jobs(owner.decode())
         await bus.add(self.r, stream, encode(ContinueTurn(sid=sid, turn=turn)))
-        await self.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))
+        await self.mark_sent(sid, turn)
         log.info("sid=%s turn=%d continuation -> %s", sid, turn, stream)
         return stream
+
+    async def mark_sent(self, sid: str, turn: int) -> None:
+        """The turn needs no continuation (the session ended with it): the sweep leaves it alone."""
+        await self.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))
 
     async def unsent(self, sid: str, turn: int, older_than_s: float) -> bool:
         """True when the turn completed more than ``older_than_s`` ago but no continuation was sent."""
         done, sent = await self.r.hmget(keys.barrier(sid, turn), "done", "sent")
         return done is not None and sent is None and time.time() - float(done) > older_than_s
 
-
-async def complete_turn(barrier: Barrier, sessions: Sessions, sid: str, turn: int) -> None:
-    """The barrier told us we completed ``turn``: continue the session, or end it at max_turns."""
-    info = await sessions.get(sid)
-    if info is None or info.status != "active":
-        return
-    if turn + 1 >= info.max_turns:
-        from runtime.session import end_session
-
-        await end_session(sessions, sid, turn, "max_turns", ttl_s=barrier.ttl_s)
-        await barrier.r.hset(keys.barrier(sid, turn), "sent", repr(time.time()))
-        return
-    await barrier.send_continuation(sid, turn)

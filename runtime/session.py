@@ -1,32 +1,102 @@
 """The session record and the atomic steps on it, each one Lua script over one session's keys.
 
-Session hash ``ts:s:{sid}`` fields::
+Session hash ``ts:s:{sid}`` fields (spelled only here: ``Field``)::
 
-    status        active | ended | cancelled          turn        last turn started
-    key           owner API-key hash                   owner       decoder holding the KV
-    tools         JSON list of OpenAI tool dicts       params      JSON sampling params
-    max_turns     int                                  meta        JSON engine extras (replay script)
+    status        Status: active | ended | cancelled   turn        last turn started
+    mode          SessionMode                          key         owner API-key hash
+    owner         decoder holding the KV               tools       JSON list of OpenAI tool dicts
+    params        JSON sampling params                 max_turns   int
+    meta          JSON engine extras (replay script)   client_tools JSON list of client tool names
     claim:{T}     decoder generating turn T            att:{T}     attempts of turn T so far
-    done:{T}      turn T fully generated               asst:{T}    JSON assistant message of turn T
+    done:{T}      turn T fully generated (decoder)     asst:{T}    turn T's assistant message (parser)
     conv_turn     last turn whose messages are in ``ts:s:{sid}:msgs``
-    pseq:{T}:{A}  last parser event seq published for turn T attempt A
+    pseq:{T}:{A}  last parser event seq published for turn T attempt A (dseq: the decoder's)
+    err:{T}       an error event was published for turn T
     end:{T}       ``session.ended`` was published for turn T (the first ending of a turn wins)
 
-Every script touches only keys with the same ``{sid}`` hash tag (one cluster slot).
+One writer per fact: the gateway creates the record and continues it; the decoder claims turns
+and marks them generated; the parser records each turn's assistant message once (``asst:{T}``,
+from the same parse the client saw); the conversation list is appended only by
+``runtime.turns.fold_turn``.  Nothing is published for a turn after its ``session.ended``:
+every publishing script checks ``end:{T}``.  Every script touches only keys with the same
+``{sid}`` hash tag (one cluster slot).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
-from schemas import keys
 from runtime import bus
+from schemas import keys
+
+
+class Status(enum.StrEnum):
+    ACTIVE = "active"
+    ENDED = "ended"
+    CANCELLED = "cancelled"
+
+
+class SessionMode(enum.StrEnum):
+    """What happens to a turn's tool calls."""
+
+    LOOP = "loop"  # session API: server tools run, client tools wait for results posted to the session
+    ONESHOT = "oneshot"  # chat completions, Messages: one turn, every call returned to the caller
+    RETURN_CALLS = "return_calls"  # Responses: server tools run and the loop goes on; a turn that calls
+    # a client tool ends the session (reason "tool_calls") once its server calls have results
+
+
+class Claim(enum.IntEnum):
+    """How a claim of a turn went (``Sessions.claim_turn``)."""
+
+    CLAIMED = 1
+    DONE = -1  # the turn was already generated
+    HELD_BY_ME = -2  # we hold it already: a duplicate job
+    HELD_BY_OTHER = -3  # another decoder holds it
+
+
+class Claimed(NamedTuple):
+    claim: Claim
+    attempt: int = 0  # >= 1 when CLAIMED
+
+
+class Field:
+    """Names of the session hash's per-turn fields."""
+
+    @staticmethod
+    def claim(turn: int) -> str:
+        return f"claim:{turn}"
+
+    @staticmethod
+    def done(turn: int) -> str:
+        return f"done:{turn}"
+
+    @staticmethod
+    def message(turn: int) -> str:
+        return f"asst:{turn}"
+
+    @staticmethod
+    def parser_seq(turn: int, attempt: int) -> str:
+        return f"pseq:{turn}:{attempt}"
+
+    @staticmethod
+    def decoder_seq(turn: int, attempt: int) -> str:
+        return f"dseq:{turn}:{attempt}"
+
+    @staticmethod
+    def error(turn: int) -> str:
+        return f"err:{turn}"
+
+    @staticmethod
+    def ended(turn: int) -> str:
+        return f"end:{turn}"
+
 
 # claim turn T for ME: 1st claim, or take over from a holder we were told is dead.
 _CLAIM = """
@@ -40,7 +110,7 @@ if holder == ARGV[2] then return -2 end
 return -3
 """
 
-# append turn T's assistant + tool messages to the conversation exactly once.
+# append turn T's messages to the conversation exactly once.
 _APPEND = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'conv_turn') or '-1')
 if cur >= tonumber(ARGV[1]) then return 0 end
@@ -49,11 +119,13 @@ redis.call('HSET', KEYS[1], 'conv_turn', ARGV[1])
 return 1
 """
 
-# XADD events whose seq is beyond what this (turn, attempt, src) already published.
+# XADD events whose seq is beyond what this (turn, attempt, src) already published, unless the
+# turn's session.ended is out.  ARGV: cursor field, maxlen, end field, then (seq, data) pairs.
 _PUBLISH = """
+if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return -1 end
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
 local last = cur
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > last then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[i + 1])
@@ -63,7 +135,6 @@ end
 if last > cur then redis.call('HSET', KEYS[1], ARGV[1], last) end
 return last
 """
-
 
 # publish turn T's session.ended once and set the final status with it (first ending wins:
 # a cancel is not overwritten by the aborted turn's own ending).
@@ -78,7 +149,7 @@ return 1
 @dataclass(frozen=True)
 class SessionInfo:
     sid: str
-    status: str
+    status: Status
     turn: int
     owner: str
     key: str
@@ -87,7 +158,18 @@ class SessionInfo:
     params: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     client_tools: list[str] = field(default_factory=list)  # calls of these go to the client
-    oneshot: bool = False  # OpenAI chat completion: one turn, calls returned to the client
+    mode: SessionMode = SessionMode.LOOP
+
+    @property
+    def oneshot(self) -> bool:
+        return self.mode is SessionMode.ONESHOT
+
+    @property
+    def active(self) -> bool:
+        return self.status is Status.ACTIVE
+
+    def tool_names(self) -> set[str]:
+        return {(t.get("function") or t).get("name", "") for t in self.tools}
 
     def is_client_tool(self, name: str) -> bool:
         return self.oneshot or name in self.client_tools
@@ -99,6 +181,9 @@ def _s(x: Any) -> str:
 
 def new_sid() -> str:
     return uuid.uuid4().hex[:16]
+
+
+_RECORD = ("status", "turn", "owner", "key", "max_turns", "tools", "params", "meta", "client_tools", "mode")
 
 
 class Sessions:
@@ -115,26 +200,25 @@ class Sessions:
 
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
-                     client_tools: list[str] | None = None, oneshot: bool = False) -> None:
+                     client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> None:
         """Write the session record and its first messages (one transaction), then index it as active."""
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(keys.session(sid), mapping={
-            "status": "active", "turn": 0, "key": key, "max_turns": max_turns, "created": time.time(),
+            "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": time.time(),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
-            "conv_turn": -1, "client_tools": json.dumps(client_tools or []), "oneshot": int(oneshot),
+            "conv_turn": -1, "client_tools": json.dumps(client_tools or []), "mode": SessionMode(mode).value,
         })
         pipe.rpush(keys.messages(sid), *[json.dumps(m) for m in messages])
         await pipe.execute()  # one slot: the session's own keys
         await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
 
     async def get(self, sid: str) -> SessionInfo | None:
-        h = await self.r.hmget(keys.session(sid), "status", "turn", "owner", "key", "max_turns", "tools",
-                               "params", "meta", "client_tools", "oneshot")
+        h = await self.r.hmget(keys.session(sid), *_RECORD)
         if h[0] is None:
             return None
-        return SessionInfo(sid, _s(h[0]), int(h[1] or 0), _s(h[2]), _s(h[3]), int(h[4] or 8),
+        return SessionInfo(sid, Status(_s(h[0])), int(h[1] or 0), _s(h[2]), _s(h[3]), int(h[4] or 8),
                            json.loads(h[5] or "[]"), json.loads(h[6] or "{}"), json.loads(h[7] or "{}"),
-                           json.loads(h[8] or "[]"), bool(int(h[9] or 0)))
+                           json.loads(h[8] or "[]"), SessionMode(_s(h[9]) or SessionMode.LOOP))
 
     async def field(self, sid: str, name: str) -> str | None:
         v = await self.r.hget(keys.session(sid), name)
@@ -146,34 +230,39 @@ class Sessions:
     async def messages(self, sid: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.r.lrange(keys.messages(sid), 0, -1)]
 
-    async def add_messages(self, sid: str, messages: list[dict[str, Any]]) -> None:
-        await self.r.rpush(keys.messages(sid), *[json.dumps(m) for m in messages])
+    async def claim_turn(self, sid: str, turn: int, me: str, dead_holder: str = "") -> Claimed:
+        """Claim turn ``turn`` for decoder ``me`` (taking it over from ``dead_holder`` if given)."""
+        n = int(await self._claim(keys=[keys.session(sid)], args=[turn, me, dead_holder or "\x00"]))
+        return Claimed(Claim.CLAIMED, n) if n > 0 else Claimed(Claim(n))
 
-    async def claim_turn(self, sid: str, turn: int, me: str, dead_holder: str = "") -> int:
-        """Claim turn ``turn`` for decoder ``me``.
+    async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, maxlen: int) -> None:
+        """Append the turn's end to its token log and mark the turn generated in one transaction:
+        apart, a redis failure between them leaves a turn the parser finished that a retried claim
+        sees as unfinished (generated twice)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(keys.tokens(sid), {bus.FIELD: token_end}, maxlen=maxlen, approximate=True)
+        pipe.hset(keys.session(sid), Field.done(turn), attempt)
+        await pipe.execute()
 
-        Returns the attempt number (>= 1) on success, else -1 (turn already done),
-        -2 (we already hold it: a duplicate job) or -3 (another decoder holds it).
-        """
-        return int(await self._claim(keys=[keys.session(sid)], args=[turn, me, dead_holder or "\x00"]))
+    async def record_message(self, sid: str, turn: int, message: dict[str, Any]) -> None:
+        """Record turn ``turn``'s assistant message (the parser's, once per turn)."""
+        await self.r.hset(keys.session(sid), Field.message(turn), json.dumps(message))
+
+    async def turn_message(self, sid: str, turn: int) -> dict[str, Any] | None:
+        """Turn ``turn``'s recorded assistant message, or None when the parser has not finished it."""
+        raw = await self.r.hget(keys.session(sid), Field.message(turn))
+        return None if raw is None else json.loads(raw)
 
     async def append_turn(self, sid: str, turn: int, messages: list[dict[str, Any]]) -> bool:
-        """Append turn ``turn``'s assistant and tool messages once; False if already there."""
+        """Append turn ``turn``'s messages to the conversation once; False if already there."""
         args = [turn] + [json.dumps(m) for m in messages]
         return bool(await self._append(keys=[keys.session(sid), keys.messages(sid)], args=args))
 
-    async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, text: str, maxlen: int) -> None:
-        """Append the turn's end to its token log and record it (``asst:T``, ``done:T``) in one
-        transaction: apart, a redis failure between them leaves a turn the parser finished that a
-        retried claim sees as unfinished (generated twice) with no assistant text for the conversation."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(keys.tokens(sid), {bus.FIELD: token_end}, maxlen=maxlen, approximate=True)
-        pipe.hset(keys.session(sid), mapping={f"asst:{turn}": json.dumps({"raw": text}), f"done:{turn}": attempt})
-        await pipe.execute()
-
-    async def publish_once(self, sid: str, cursor: str, items: list[tuple[int, bytes]], maxlen: int) -> int:
-        """XADD the events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the new mark."""
-        args: list[Any] = [cursor, maxlen]
+    async def publish_once(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
+                           maxlen: int) -> int:
+        """XADD turn ``turn``'s events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the
+        new mark, or -1 when the turn's ``session.ended`` is already out (nothing is published)."""
+        args: list[Any] = [cursor, maxlen, Field.ended(turn)]
         for seq, data in items:
             args += [seq, data]
         script_keys = [keys.session(sid), keys.events(sid)]
@@ -181,44 +270,7 @@ class Sessions:
             return int(await self._publish(keys=script_keys, args=args))
         return int(await self.batcher.call(lambda pipe: self._publish(keys=script_keys, args=args, client=pipe)))
 
-    async def end_once(self, sid: str, turn: int, data: bytes, status: str, maxlen: int) -> bool:
+    async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int) -> bool:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""
-        args = [f"end:{turn}", maxlen, data, status, repr(time.time())]
+        args = [Field.ended(turn), maxlen, data, status.value, repr(time.time())]
         return bool(await self._end(keys=[keys.session(sid), keys.events(sid)], args=args))
-
-
-async def end_session(sessions: Sessions, sid: str, turn: int, reason: str, content: str = "",
-                      ttl_s: int = 3600) -> None:
-    """Publish ``session.ended`` once per turn, mark the record ended and let its keys expire.
-
-    The first ending of a turn wins: a cancel is not overwritten by the aborted turn's own end.
-    A continued session (a new user message) ends again at a later turn.
-    """
-    from schemas.codec import encode
-    from schemas.events import Event, SessionEnded
-    from runtime import bus
-
-    ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
-               body=SessionEnded(reason=reason, content=content))
-    status = "cancelled" if reason == "cancelled" else "ended"
-    if not await sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN):
-        return
-    await sessions.r.zrem(keys.ACTIVE_SESSIONS, sid)
-    await bus.expire_session(sessions.r, sid, turn + 1, ttl_s)
-
-
-async def fail_session(sessions: Sessions, entry: Any, message: str, ttl_s: int = 3600) -> None:
-    """A job of this session failed for good: tell the client and end the session (others go on)."""
-    from schemas.codec import UndecodableEntry, decode_job, encode
-    from schemas.events import ErrorEvent, Event
-    from runtime import bus
-
-    try:
-        job = decode_job(entry.data)
-    except UndecodableEntry:
-        return  # no session to tell
-    turn = getattr(job, "turn", 0)
-    ev = Event(sid=job.sid, turn=turn, attempt=0, seq=0, src="error", ts=time.time(),
-               body=ErrorEvent(message=message[:2000], code="worker_error"))
-    await sessions.publish_once(job.sid, f"err:{turn}", [(0, encode(ev))], bus.EVENT_STREAM_MAXLEN)
-    await end_session(sessions, job.sid, turn, "error", ttl_s=ttl_s)

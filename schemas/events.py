@@ -59,7 +59,8 @@ class ToolCallReady(_Tagged, tag="tool_call.ready"):
 
 
 class ToolCallInvalid(_Tagged, tag="tool_call.invalid"):
-    """A call that was malformed (``truncated=False``) or cut off by the end of the stream."""
+    """A call that was malformed (``truncated=False``), cut off by the end of the stream, or names
+    a tool the session was not given (``unavailable``); never run."""
 
     index: int
     id: str
@@ -67,6 +68,7 @@ class ToolCallInvalid(_Tagged, tag="tool_call.invalid"):
     raw: str = ""
     error: str = ""
     truncated: bool = False
+    unavailable: bool = False
 
 
 ParseBody = Union[ContentDelta, ReasoningDelta, ToolCallBegin, ToolCallArgs, ToolCallReady, ToolCallInvalid]
@@ -203,6 +205,17 @@ class ParseTurn(_Tagged, tag="job.parse"):
     v: int = SCHEMA_VERSION
 
 
+class TurnParsed(_Tagged, tag="job.parsed"):
+    """The parser finished turn ``turn``: the names of its calls, for the decoder holding its KV
+    (which pins the KV for the calls' expected duration, or releases it)."""
+
+    sid: str
+    turn: int
+    attempt: int
+    calls: list[str] = []
+    v: int = SCHEMA_VERSION
+
+
 class ToolJob(msgspec.Struct, frozen=True, kw_only=True):
     """The arq job payload for one tool call (serialised with msgspec, not pickle)."""
 
@@ -217,9 +230,10 @@ class ToolJob(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     t_ready: float = 0.0
     v: int = SCHEMA_VERSION
+    unavailable: bool = False  # the session was not given this tool (``error`` says which it has)
 
 
-Job = Union[StartTurn, ContinueTurn, ParseTurn]
+Job = Union[StartTurn, ContinueTurn, ParseTurn, TurnParsed]
 
 
 def call_id_prefix(turn: int) -> str:

@@ -5,7 +5,8 @@ one session's keys share a slot and no script ever touches two slots.
 
     ts:decode:jobs              stream, group "decode": new turns, orphaned continuations
     ts:decode:w:{worker}        stream, group "decode": continuations for the decoder holding the KV
-    ts:decode:hb:{worker}       string + TTL: decoder liveness, load, free KV blocks
+    ts:{kind}:hb:{worker}       string + TTL: a process's liveness and load (kind: decode, parser,
+                                tools, gateway; a decoder's also says its free KV blocks)
     ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
     ts:decode:load              hash: decoder -> turns it is generating now (for routing)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
@@ -19,8 +20,10 @@ one session's keys share a slot and no script ever touches two slots.
     ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
     ts:tools:q:{pool}           arq queue (sorted set) of one tool pool, on the queue server
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
-    ts:tools:pools              hash: tool name -> pool, announced by tool workers (MCP tools too)
+    ts:tools:specs              hash: tool name -> JSON spec (description, schema, pool, idempotency),
+                                published by the tool workers (MCP tools too); parsers and gateways read it
     ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep)
+    ts:sweep:lock               string + TTL: the decoder running the barrier sweep now
     ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
     ts:rl:{key_id}              hash: one API key's rate-limit token bucket
     ts:dead                     stream: undecodable or poison entries
@@ -38,9 +41,10 @@ PARSE_GROUP = "parse"
 DEAD = f"{PREFIX}:dead"
 TOOL_DURATIONS = f"{PREFIX}:tools:dur"
 ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
-TOOL_POOLS = f"{PREFIX}:tools:pools"
+TOOL_SPECS = f"{PREFIX}:tools:specs"
+SWEEP_LOCK = f"{PREFIX}:sweep:lock"
 DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
-DECODER_KEYS_PATTERN = f"{PREFIX}:decode:*"  # job streams, private streams, heartbeats
+HEARTBEAT_PATTERN = f"{PREFIX}:*:hb:*"
 
 
 def decoder_jobs(worker: str) -> str:
@@ -48,8 +52,13 @@ def decoder_jobs(worker: str) -> str:
     return f"{PREFIX}:decode:w:{worker}"
 
 
+def heartbeat(kind: str, worker: str) -> str:
+    """The liveness key of one process of ``kind`` (decode, parser, tools, gateway)."""
+    return f"{PREFIX}:{kind}:hb:{worker}"
+
+
 def decoder_heartbeat(worker: str) -> str:
-    return f"{PREFIX}:decode:hb:{worker}"
+    return heartbeat("decode", worker)
 
 
 def decoder_route(key: str) -> str:

@@ -31,6 +31,16 @@ def redis_url(redis_server: EmbeddedRedis) -> str:
     return redis_server.url
 
 
+@pytest.fixture
+async def r(redis_url: str):
+    """An asyncio client (bytes replies) on the clean test database."""
+    from runtime import bus
+
+    client = bus.connect(redis_url)
+    yield client
+    await client.aclose()
+
+
 @dataclass
 class Stack:
     cfg: Config

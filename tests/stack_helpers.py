@@ -11,10 +11,23 @@ from schemas.codec import decode_event, encode
 from schemas.events import StartTurn
 from runtime import bus
 from runtime.session import Sessions
+from runtime.tool_catalog import ToolCatalog
+
+
+async def server_tools(r: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Every server tool, as a gateway sees them once the tool workers have published them."""
+    catalog = ToolCatalog(r)
+    async with asyncio.timeout(timeout_s):
+        while not (tools := await catalog.tools(fresh=True)):
+            await asyncio.sleep(0.05)
+    return [t.openai() for t in tools.values()]
 
 
 async def start_session(r: Any, sid: str, script: list[str], **kw: Any) -> None:
-    """A session created as the gateway does (record + ``StartTurn``), with a ReplayEngine script."""
+    """A session created as the gateway does (record + ``StartTurn``), with a ReplayEngine script;
+    without ``tools``, it may use every server tool (the gateway's default)."""
+    if "tools" not in kw:
+        kw["tools"] = await server_tools(r)
     await Sessions(r).create(sid, [{"role": "user", "content": "go"}], meta={"replay": script}, **kw)
     await bus.add(r, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=0)))
 

@@ -3,13 +3,10 @@ continuation → decode → client, over a WebSocket."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import Any
 
 import httpx
-import pytest
 import redis
 import websockets
 
@@ -78,7 +75,8 @@ async def test_two_calls_in_one_turn_end_to_end(stack_factory) -> None:
     assert [e["turn"] for e in events if e["body"]["type"] == "turn.started"] == [0, 1]
     conv = redis.Redis.from_url(stack.cfg.redis_url).lrange(keys.messages(sid), 0, -1)
     roles = [json.loads(m)["role"] for m in conv]
-    assert roles == ["user", "assistant", "tool", "tool"]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant"]  # the final answer too, once it ended
+    assert json.loads(conv[-1])["content"] == events[-1]["body"]["content"]
 
 
 async def test_parser_killed_mid_turn_is_taken_over(stack_factory) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import openai
 import pytest
-from gateway_harness import MODEL, GwStack
+from gateway_harness import MODEL, GwStack, assert_cancelled_mid_turn
 
-from schemas import keys
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -129,10 +127,4 @@ def test_a_client_that_leaves_mid_stream_cancels_generation(client: openai.OpenA
     first = next(iter(stream))
     sid = first.id.removeprefix("chatcmpl-")
     stream.close()
-    r = gw.redis()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
-        time.sleep(0.05)
-    assert r.hget(keys.session(sid), "status") == b"cancelled"
-    raw = json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]
-    assert 0 < len(raw) < len(long)  # the decoder stopped generating
+    assert_cancelled_mid_turn(gw.redis(), sid, long)

@@ -68,8 +68,6 @@ def test_function_calls_end_the_response(client: openai.OpenAI) -> None:
     assert len({c.call_id for c in calls}) == 2 and all(c.status == "completed" for c in calls)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the session's stored conversation to include its final assistant "
-                                       "message (the lead's 'parser records the turn's assistant message')")
 def test_a_follow_up_by_previous_response_id(client: openai.OpenAI) -> None:
     first = client.responses.create(model=MODEL, input=ASK, tools=TOOLS, extra_body={"replay": TWO_CALLS})
     calls = [o for o in first.output if o.type == "function_call"]

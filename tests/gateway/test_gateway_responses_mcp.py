@@ -34,9 +34,6 @@ def client(gw: GwStack) -> openai.OpenAI:
     return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused-in-open-mode", max_retries=0, timeout=60)
 
 
-pending = pytest.mark.xfail(strict=True, reason="needs SessionMode.RETURN_CALLS (the lead's change) on main")
-
-
 def test_server_tools_run_and_the_loop_goes_on_in_one_response(client: openai.OpenAI) -> None:
     script = [call("calc__add", {"a": 2, "b": 3}) + "\n" + call("get_weather", {"city": "Paris"}) + "\n"
               + call("calc__fail", {"message": "boom"}),
@@ -56,7 +53,6 @@ def test_server_tools_run_and_the_loop_goes_on_in_one_response(client: openai.Op
             "response.mcp_call.completed", "response.mcp_call.failed"} <= kinds
 
 
-@pending
 def test_a_turn_with_a_client_call_ends_the_response_once_its_server_calls_have_results(client: openai.OpenAI) -> None:
     script = [call("calc__add", {"a": 1, "b": 1}) + "\n" + call("get_time", {}), "Time {{ results[-1] }}."]
     first = client.responses.create(model=MODEL, input="Add 1 and 1, and the time?", tools=[CALC, GET_TIME],

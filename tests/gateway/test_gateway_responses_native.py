@@ -39,8 +39,6 @@ def test_a_stateless_follow_up_reuses_the_cached_prefix(client: openai.OpenAI) -
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
 
 
-@pytest.mark.xfail(strict=True, reason="needs the session's stored conversation to include its final assistant "
-                                       "message (the lead's 'parser records the turn's assistant message')")
 def test_a_follow_up_by_previous_response_id_reuses_the_kv(client: openai.OpenAI) -> None:
     first = client.responses.create(model=MODEL, input=ASK, tools=TOOLS)
     second = client.responses.create(model=MODEL, previous_response_id=first.id, input=follow_up_items(first),

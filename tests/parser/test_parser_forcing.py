@@ -7,7 +7,8 @@ import json
 import pytest
 
 from parser_harness import parse_all_ways
-from workers.parser import FORMATS, forced_opener
+from workers.decode.forcing import forced_opener
+from workers.parser import FORMATS
 
 TOOLS = [{"type": "function", "function": {"name": "w", "parameters": {"type": "object", "properties": {
     "zip": {"type": "string"}}}}}]

@@ -9,7 +9,7 @@ import pytest
 
 from test_parser_properties import RENDER, XML, _tools, _wrap_prose
 from parser_harness import parse_all_ways
-from workers.parser import FORMATS
+from workers.parser import FORMATS, collect, make_parser
 
 W = ("get_weather", {"city": "Paris", "unit": "celsius"})
 CATEGORIES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -103,3 +103,16 @@ def test_plain_prose_is_content(fmt: str) -> None:
     text = "Compare a < b, {1, 2} and [1, 2]; see [link](x) or f(x). <b>bold</b> | <|x|> [x]"
     turn = parse_all_ways(fmt, text)
     assert (turn.content, turn.calls, turn.invalid) == (text, [], [])
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "harmony"])
+def test_a_turn_offered_no_tools_is_all_content(fmt: str) -> None:
+    """``calls=False`` (a request without tools): call markup is content, never a call."""
+    text = 'Sure.<tool_call>\n{"name": "search", "arguments": {"q": "sea"}}\n</tool_call>[f(x=1)]'
+    for reasoning in (None, "think"):
+        p = make_parser(fmt, reasoning=reasoning, calls=False)
+        turn = collect(p.feed(text) + p.finish())
+        assert (turn.content, turn.calls, turn.invalid) == (text, [], [])
+    p = make_parser(fmt, reasoning="think", calls=False)
+    turn = collect(p.feed("<think>hm</think>" + text) + p.finish())
+    assert (turn.reasoning, turn.content) == ("hm", text)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.tools import ErrorKind, Registry, format_registry, open_registry
+from workers.tools import ErrorKind, format_registry, open_registry
+from workers.tools.config import load_registry_config
 from workers.tools.config import ToolConfigError, load_config
 from workers.tools.render import type_label
 
@@ -55,14 +56,14 @@ def config_error(tmp_path: Path, text: str) -> str:
     """The message of the ``ToolConfigError`` that loading ``text`` raises."""
     path = write(tmp_path, text)
     with pytest.raises(ToolConfigError) as info:
-        Registry.from_config(path)
+        load_registry_config(path)
     message = str(info.value)
     assert message.startswith(str(path)), message
     return message
 
 
 def test_empty_file_gives_the_builtin_tools(tmp_path: Path) -> None:
-    reg = Registry.from_config(write(tmp_path, ""))
+    reg = load_registry_config(write(tmp_path, ""))
     assert {"calculator", "get_time", "get_weather", "book_restaurant", "search", "http_get"} <= set(reg.names())
     assert "debug_sleep" not in reg
 
@@ -108,7 +109,7 @@ async def test_full_config(tmp_path: Path, plugin: str, local_http: LocalServer,
         [tools.demo__add]
         timeout_s = 4
     """)
-    reg = Registry.from_config(path)
+    reg = load_registry_config(path)
     async with reg:
         assert reg.names() == ["calculator", "debug_sleep", "demo__add", "double", "echo_order", "get_weather",
                                "http_get", "lookup_order"]
@@ -177,7 +178,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_format_registry(tmp_path: Path) -> None:
-    reg = Registry.from_config(write(tmp_path, """
+    reg = load_registry_config(write(tmp_path, """
         [registry]
         builtins = ["get_weather", "calculator"]
         [tools.calculator]

@@ -20,9 +20,10 @@ from schemas.codec import decode_event, decode_tool_job
 from schemas.events import ToolCallInvalid, ToolCallReady, ToolResult, ToolStarted
 from runtime import bus
 from runtime.config import load_config
-from workers.tools.dispatch import Dispatcher, arq_pool, tool_job
+from runtime import tool_catalog
+from runtime.tool_queue import Dispatcher, arq_pool, tool_job
 from workers.tools.registry import Registry, tool
-from workers.tools.worker import WakingWorker, build_worker
+from workers.tools.worker import WakingWorker, build_worker, catalog_entries
 
 GATES: dict[str, asyncio.Event] = {}
 STARTED: list[str] = []
@@ -69,9 +70,10 @@ async def r(redis_url: str) -> AsyncIterator:
 
 
 @pytest.fixture
-async def dispatcher(redis_url: str, registry: Registry) -> AsyncIterator[Dispatcher]:
+async def dispatcher(redis_url: str, registry: Registry, r) -> AsyncIterator[Dispatcher]:
+    await tool_catalog.publish(r, catalog_entries(registry))  # as the pools' tool workers do
     arq = await arq_pool(redis_url)
-    yield Dispatcher(arq, registry)
+    yield Dispatcher(arq, tool_catalog.ToolCatalog(r))
     await arq.aclose()
 
 
@@ -81,6 +83,7 @@ async def running(redis_url: str, registry: Registry, n: int = 1, *, pool: str =
                   ) -> AsyncIterator[list[WakingWorker]]:
     """``n`` in-process workers of ``pool``, each started (and blocked in BLPOP) before the next."""
     r = bus.connect(redis_url)
+    await tool_catalog.publish(r, catalog_entries(registry))  # as run_tools_worker does
     cfg = load_config(redis_url=redis_url, pool=pool, tool_max_jobs=max_jobs)
     workers = [build_worker(cfg, r, registry, poll_delay_s=poll_delay_s, lease_s=lease_s, me=f"{pool}-w{i}")
                for i in range(n)]
@@ -189,14 +192,16 @@ async def test_each_pool_has_its_own_queue(redis_url, registry, dispatcher, r) -
             await until(lambda: STARTED == ["f"])
 
 
-async def test_tools_only_the_workers_know_are_routed_to_their_pool(redis_url, registry, r) -> None:
+async def test_calls_go_to_the_pool_the_workers_publish(redis_url, registry, r) -> None:
     arq = await arq_pool(redis_url)
-    parser_side = Dispatcher(arq, Registry([hold]))  # e.g. an MCP tool: registered when a worker starts
-    async with running(redis_url, registry, pool="fast"):  # announces fast_hold -> fast
-        assert await parser_side.pool_of("fast_hold") == "fast"
+    catalog = tool_catalog.ToolCatalog(r, miss_refresh_s=0.0)
+    parser_side = Dispatcher(arq, catalog)  # nothing published yet
+    assert await catalog.pool_of("fast_hold") == "default"
+    async with running(redis_url, registry, pool="fast"):  # publishes its registry: fast_hold -> fast
+        assert await catalog.pool_of("fast_hold") == "fast"  # a miss re-reads the catalog at once
         await parser_side.dispatch("s", 0, 0, call(0, "f", name="fast_hold"))
         await until(lambda: STARTED == ["f"])
-    assert await parser_side.pool_of("never_heard_of") == "default"
+    assert await catalog.pool_of("never_heard_of") == "default"
     await arq.aclose()
 
 

@@ -250,11 +250,12 @@ async def _serve(redis_url: str, r, stop: asyncio.Event, grace_s: float) -> asyn
 
 
 async def _dispatch_nap(redis_url: str, seconds: float) -> None:
+    from runtime.tool_catalog import ToolCatalog
+    from runtime.tool_queue import Dispatcher, arq_pool
     from schemas.events import ToolCallReady
-    from workers.tools.dispatch import Dispatcher, arq_pool
 
     arq = await arq_pool(redis_url)
-    await Dispatcher(arq, Registry([nap])).dispatch("s", 0, 1, ToolCallReady(
+    await Dispatcher(arq, ToolCatalog(arq)).dispatch("s", 0, 1, ToolCallReady(
         index=0, id="call_0_0", name="nap", arguments=json.dumps({"seconds": seconds})))
     await arq.aclose()
 

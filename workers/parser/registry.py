@@ -39,10 +39,23 @@ def parser_class(name: str) -> type[StreamParser]:
     return getattr(importlib.import_module(module), cls)
 
 
+class PlainParser(StreamParser):
+    """Text and reasoning only: a turn that may call no tool (its call markup is content)."""
+
+    FORMAT = "plain"
+
+
 def make_parser(name: str, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,
-                call_id_prefix: str = "call_") -> StreamParser:
-    """A fresh parser for one turn of format ``name`` (reasoning: None, "think", "think_forced")."""
-    return parser_class(name)(tools=tools, reasoning=reasoning, call_id_prefix=call_id_prefix)
+                call_id_prefix: str = "call_", calls: bool = True) -> StreamParser:
+    """A fresh parser for one turn of format ``name`` (reasoning: None, "think", "think_forced").
+
+    ``calls=False``: a turn offered no tools, whose text is all content (``PlainParser``) --
+    except harmony, whose messages need its own parser to separate channels at all.
+    """
+    cls = parser_class(name)
+    if not calls and name != "harmony":
+        cls = PlainParser
+    return cls(tools=tools, reasoning=reasoning, call_id_prefix=call_id_prefix)
 
 
 def parse_text(name: str, text: str, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,

@@ -52,7 +52,8 @@ class Markers:
             by_first.setdefault(m[0], []).append(m)
         self._by_first = by_first
         firsts = set(by_first) | set(self.patterns)
-        self._search = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]").search
+        chars = "".join(re.escape(c) for c in sorted(firsts))
+        self._search = re.compile(f"[{chars}]" if chars else r"(?!)").search  # (?!): no marker, no match
         self._maxlen = max((len(m) for m in self.literals), default=0)
 
     def _check_prefix_free(self) -> None:

@@ -241,7 +241,8 @@ def _spec(connection: McpConnection, t: Tool, name: str) -> ToolSpec:
     parameters.setdefault("properties", {})
     return ToolSpec(name=name, description=t.description or t.title or f"{t.name} (MCP server {cfg.prefix})",
                     parameters=parameters, handler=handler, pool=cfg.pool, timeout_s=cfg.timeout_s,
-                    idempotent=idempotent, retries=cfg.retries if idempotent else 0, source="mcp")
+                    idempotent=idempotent, retries=cfg.retries if idempotent else 0, source="mcp",
+                    server=cfg.prefix)
 
 
 def add_mcp_server(registry: Registry, config: McpServerConfig) -> McpConnection:

@@ -19,7 +19,6 @@ import functools
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 import msgspec
@@ -62,13 +61,6 @@ class Registry:
             self.add(spec)
 
     # ------------------------------------------------------------------ building
-    @classmethod
-    def from_config(cls, path: str | Path) -> Registry:
-        """A registry from a TOML file (see ``workers.tools.config``); call ``await start()`` next."""
-        from workers.tools.config import load_registry_config
-
-        return load_registry_config(path)
-
     def add(self, spec: ToolSpec | Callable[..., Any]) -> ToolSpec:
         """Register a spec (or a ``@tool`` function), applying any configured override for its name."""
         if not isinstance(spec, ToolSpec):

@@ -33,10 +33,10 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_tool_job, encode
 from schemas.events import Event, ToolJob, ToolResult, ToolStarted
 from runtime import bus
-from runtime.barrier import Arrival, Barrier, Start, complete_turn
+from runtime.barrier import Arrival, Start
 from runtime.config import Config
-from runtime.session import Sessions
-from workers.tools.durations import Durations
+from runtime.turns import Turns
+from runtime.durations import Durations
 from workers.tools.registry import ErrorKind, Registry, ToolOutcome, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ def _error(content: str, kind: ErrorKind, ms: float = 0.0) -> ToolOutcome:
 
 
 def invalid_call(job: ToolJob) -> ToolOutcome:
+    if job.unavailable:
+        return _error(f"{job.error}; nothing was run.", ErrorKind.UNKNOWN_TOOL)
     return _error(f"the call to {job.name or 'a tool'} was malformed ({job.error}); nothing was run. "
                   "Emit a complete, valid JSON call.", ErrorKind.INVALID_JSON)
 
@@ -85,8 +87,8 @@ class ToolRunner:
 
     def __init__(self, cfg: Config, r: aioredis.Redis, registry: Registry, me: str) -> None:
         self.cfg, self.r, self.registry, self.me = cfg, r, registry, me
-        self.sessions = Sessions(r)
-        self.barrier = Barrier(r, cfg.session_ttl_s)
+        self.turns = Turns(r, cfg.session_ttl_s)
+        self.barrier = self.turns.barrier
         self.durations = Durations(r)
 
     async def run_tool(self, ctx: dict[str, Any], payload: bytes) -> str:
@@ -168,5 +170,5 @@ class ToolRunner:
         log.info("sid=%s turn=%d call %d %s -> %s in %.1f ms%s", job.sid, job.turn, job.index, job.name,
                  outcome.error_kind or "ok", outcome.duration_ms, "" if arrival else " (duplicate)")
         if arrival == Arrival.COMPLETED:
-            await complete_turn(self.barrier, self.sessions, job.sid, job.turn)
+            await self.turns.complete(job.sid, job.turn)
         return arrival

@@ -66,6 +66,7 @@ class ToolSpec:
     idempotent: bool = False
     retries: int = 0
     source: Source = "python"
+    server: str = ""  # the MCP server (its configured prefix) this tool belongs to
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):

@@ -14,20 +14,20 @@ from schemas.codec import decode_job
 from schemas.events import ContinueTurn
 from tests.stack_helpers import ended, of, start_session, wait_for
 from runtime import bus
-from runtime.barrier import Arrival, Barrier
-from runtime.session import Sessions
+from runtime.barrier import Arrival
+from runtime.client_calls import ClientResultError, expire_overdue, submit_client_result
+from runtime.tool_catalog import ToolRequestError, split_tools
+from runtime.turns import Turns
 from workers.tools import default_registry
-from workers.tools.client import ClientResultError, ToolRequestError, expire_overdue, split_tools, submit_client_result
+from workers.tools.worker import catalog_entries
 
 LOCATION = {"type": "function", "function": {"name": "get_location", "description": "Where the user is.",
                                              "parameters": {"type": "object", "properties": {}}}}
 
 
-@pytest.fixture
-async def r(redis_url: str):
-    client = bus.connect(redis_url)
-    yield client
-    await client.aclose()
+def catalog() -> dict:
+    """The catalog a tool worker with the built-in tools publishes."""
+    return {t.name: t for t in catalog_entries(default_registry())}
 
 
 # --------------------------------------------------------------------------- split_tools
@@ -35,7 +35,7 @@ def test_tools_the_server_lacks_are_client_tools() -> None:
     reg = default_registry()
     bare = {"name": "pick_file", "parameters": {"type": "object", "properties": {}}}
     weather_as_dict = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
-    tools, client = split_tools(reg, ["calculator", LOCATION, bare, weather_as_dict])
+    tools, client = split_tools(catalog(), ["calculator", LOCATION, bare, weather_as_dict])
     assert client == ["get_location", "pick_file"]
     by_name = {t["function"]["name"]: t for t in tools}
     assert list(by_name) == ["calculator", "get_location", "pick_file", "get_weather"]
@@ -43,15 +43,9 @@ def test_tools_the_server_lacks_are_client_tools() -> None:
     assert by_name["pick_file"] == {"type": "function", "function": bare}
 
 
-def test_tools_announced_by_the_workers_are_server_tools() -> None:
-    mcp_tool = {"type": "function", "function": {"name": "files__read", "parameters": {}}}
-    tools, client = split_tools(default_registry(), [mcp_tool, LOCATION], announced={"files__read"})
-    assert client == ["get_location"] and tools == [mcp_tool, LOCATION]
-
-
 def test_no_tools_requested_means_every_server_tool() -> None:
     reg = default_registry()
-    assert split_tools(reg, None) == (reg.openai_tools(), [])
+    assert split_tools(catalog(), None) == (reg.openai_tools(), [])
 
 
 @pytest.mark.parametrize("requested, fragment", [
@@ -62,23 +56,27 @@ def test_no_tools_requested_means_every_server_tool() -> None:
 ])
 def test_unusable_tool_requests_are_refused(requested, fragment) -> None:
     with pytest.raises(ToolRequestError, match=fragment):
-        split_tools(default_registry(), requested)
+        split_tools(catalog(), requested)
 
 
 # --------------------------------------------------------------------------- results
-async def _pending_session(r, n_calls: int = 1) -> tuple[Barrier, Sessions]:
-    b, sessions = Barrier(r), Sessions(r)
-    await sessions.create("s", [{"role": "user", "content": "hi"}], client_tools=["get_location"])
+async def _pending_session(r, n_calls: int = 1) -> Turns:
+    turns = Turns(r)
+    await turns.sessions.create("s", [{"role": "user", "content": "hi"}], client_tools=["get_location"])
+    await turns.sessions.record_message("s", 0, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_0_{i}", "type": "function", "function": {"name": "get_location", "arguments": "{}"}}
+        for i in range(n_calls)]})
     for i in range(n_calls):
-        await b.awaiting_client("s", 0, i, f"call_0_{i}", "get_location")
-    return b, sessions
+        await turns.barrier.awaiting_client("s", 0, i, f"call_0_{i}", "get_location")
+    return turns
 
 
 async def test_a_client_result_counts_like_a_server_result(r) -> None:
-    b, sessions = await _pending_session(r)
+    turns = await _pending_session(r)
+    b = turns.barrier
     assert await b.turn_end("s", 0, 1) == Arrival.RECORDED
-    assert await submit_client_result(b, sessions, "s", "call_0_0", "Lyon") == Arrival.COMPLETED
-    assert await submit_client_result(b, sessions, "s", "call_0_0", "Lyon again") == Arrival.DUPLICATE
+    assert await submit_client_result(turns, "s", "call_0_0", "Lyon") == Arrival.COMPLETED
+    assert await submit_client_result(turns, "s", "call_0_0", "Lyon again") == Arrival.DUPLICATE
     assert [x["content"] for x in await b.results("s", 0)] == ["Lyon"]
     [(_, fields)] = await r.xrange(keys.DECODE_JOBS)
     assert decode_job(fields[bus.FIELD]) == ContinueTurn(sid="s", turn=0)
@@ -86,25 +84,37 @@ async def test_a_client_result_counts_like_a_server_result(r) -> None:
 
 
 @pytest.mark.parametrize("sid, call_id, fragment", [
-    ("ghost", "call_0_0", "not active"),
+    ("ghost", "call_0_0", "does not exist"),
     ("s", "call_7_0", "not a call of turn 0"),
-    ("s", "call_0_x", "not a call of turn 0"),
+    ("s", "call_0_x", "not a call id"),
     ("s", "call_0_1", "not a pending client-side call"),
 ])
 async def test_results_for_no_pending_call_are_refused(r, sid, call_id, fragment) -> None:
-    b, sessions = await _pending_session(r)
+    turns = await _pending_session(r)
     with pytest.raises(ClientResultError, match=fragment):
-        await submit_client_result(b, sessions, sid, call_id, "x")
+        await submit_client_result(turns, sid, call_id, "x")
+
+
+async def test_a_result_posted_again_after_the_turn_moved_on_is_a_duplicate(r) -> None:
+    """A client retrying a post whose reply it lost, once the session has moved to turn 1 (issue 19 #10)."""
+    turns = await _pending_session(r)
+    await turns.barrier.turn_end("s", 0, 1)
+    assert await submit_client_result(turns, "s", "call_0_0", "Lyon") == Arrival.COMPLETED
+    await turns.sessions.claim_turn("s", 1, "d1")  # the continuation started turn 1
+    assert await submit_client_result(turns, "s", "call_0_0", "Lyon") == Arrival.DUPLICATE
+    with pytest.raises(ClientResultError, match="not waiting for a result"):
+        await submit_client_result(turns, "s", "call_0_1", "never asked")
 
 
 async def test_overdue_client_calls_get_an_error_once(r) -> None:
-    b, sessions = await _pending_session(r, n_calls=2)
+    turns = await _pending_session(r, n_calls=2)
+    b = turns.barrier
     await b.turn_end("s", 0, 2)
-    assert await expire_overdue(b, sessions, "s", 0, timeout_s=60) == 0
-    await submit_client_result(b, sessions, "s", "call_0_0", "Lyon")
+    assert await expire_overdue(turns, "s", 0, timeout_s=60) == 0
+    await submit_client_result(turns, "s", "call_0_0", "Lyon")
     await asyncio.sleep(0.05)
-    assert await expire_overdue(b, sessions, "s", 0, timeout_s=0.01) == 1  # only call 1 was still waiting
-    assert await expire_overdue(b, sessions, "s", 0, timeout_s=0.01) == 0
+    assert await expire_overdue(turns, "s", 0, timeout_s=0.01) == 1  # only call 1 was still waiting
+    assert await expire_overdue(turns, "s", 0, timeout_s=0.01) == 0
     results = await b.results("s", 0)
     assert results[0]["content"] == "Lyon" and not results[0]["is_error"]
     assert results[1]["is_error"] and "did not return a result for get_location" in results[1]["content"]
@@ -123,13 +133,13 @@ async def _client(r, sid: str, content: str) -> str:
     """Play the client: run get_location when its call shows up, post the result."""
     bodies = await wait_for(r, sid, lambda b: any(c.name == "get_location" for c in of(b, "ToolCallReady")))
     [call] = [c for c in of(bodies, "ToolCallReady") if c.name == "get_location"]
-    await submit_client_result(Barrier(r), Sessions(r), sid, call.id, content)
+    await submit_client_result(Turns(r), sid, call.id, content)
     return call.id
 
 
 async def test_client_tool_round_trip_and_timeout(stack_factory, r) -> None:
     stack_factory(replay_rate=200, client_tool_timeout_s=2.0)
-    tools, client_tools = split_tools(default_registry(), [LOCATION, "get_weather"])
+    tools, client_tools = split_tools(catalog(), [LOCATION, "get_weather"])
     for sid in ("answered", "silent"):
         await start_session(r, sid, CLIENT_AND_SERVER, tools=tools, client_tools=client_tools)
     call_id = await _client(r, "answered", "Lyon")
@@ -145,7 +155,8 @@ async def test_client_tool_round_trip_and_timeout(stack_factory, r) -> None:
     assert not await r.exists(job_key_prefix + keys.tool_job_id("answered", 0, 0),
                               result_key_prefix + keys.tool_job_id("answered", 0, 0))
     conv = [json.loads(m) for m in await r.lrange(keys.messages("answered"), 0, -1)]
-    assert [(m["role"], m.get("content")) for m in conv[2:]] == [("tool", "Lyon"), ("tool", results[1].content)]
+    assert [(m["role"], m.get("content")) for m in conv[2:]] == [("tool", "Lyon"), ("tool", results[1].content),
+                                                                 ("assistant", final.content)]  # complete at the end
 
     timed_out = [x for x in of(silent, "ToolResult") if x.name == "get_location"][0]
     assert timed_out.is_error and "did not return a result for get_location within 2 s" in timed_out.content

@@ -1,4 +1,5 @@
-"""Enqueue tool calls on their pool's arq queue the moment the parser sees them ready.
+"""The tool queues: enqueue tool calls on their pool's arq queue the moment the parser sees them
+ready (the parser's side), and the wake protocol the tool workers share.
 
 Job ids are deterministic (``{sid}:{turn}:{index}``) and an id whose job or result still exists
 is refused (as arq's ``enqueue_job`` does), so a replayed dispatch is a no-op.  One script per
@@ -23,7 +24,7 @@ from arq.utils import timestamp_ms
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import ToolCallInvalid, ToolCallReady, ToolJob
-from workers.tools.registry import Registry
+from runtime.tool_catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ RUN_TOOL = "run_tool"
 WAKE_MAX = 1000  # tokens kept at most; the periodic poll finds the jobs of trimmed ones
 WAKE_TTL_S = 60  # tokens nobody took (no worker up) vanish; the periodic poll covers the rest
 POLL_TOKEN = b"*"  # a wake token naming no job: "poll the whole queue"
-ANNOUNCED_REFRESH_S = 5.0
 
 # KEYS: arq job key, arq result key, the pool's queue, its wake list.
 # ARGV: job record, score (ms), record expiry (ms), job id, wake max, wake ttl (s).
@@ -65,30 +65,17 @@ def tool_job(sid: str, turn: int, attempt: int, call: ToolCallReady | ToolCallIn
     valid = isinstance(call, ToolCallReady)
     error = "" if valid else (call.error or ("truncated" if call.truncated else "invalid call"))
     return ToolJob(sid=sid, turn=turn, attempt=attempt, index=call.index, call_id=call.id, name=call.name,
-                   arguments=call.arguments if valid else call.raw, valid=valid, error=error, t_ready=time.time())
+                   arguments=call.arguments if valid else call.raw, valid=valid, error=error, t_ready=time.time(),
+                   unavailable=not valid and call.unavailable)
 
 
 class Dispatcher:
     """Parser side of the tool queues."""
 
-    def __init__(self, arq: ArqRedis, registry: Registry) -> None:
-        self.arq, self.registry = arq, registry
+    def __init__(self, arq: ArqRedis, catalog: ToolCatalog) -> None:
+        """``arq``: the queue server; ``catalog``: the published tools (which pool serves which)."""
+        self.arq, self.catalog = arq, catalog
         self._enqueue = arq.register_script(_ENQUEUE)
-        self._announced: dict[str, str] = {}
-        self._announced_at = float("-inf")
-
-    async def pool_of(self, name: str) -> str:
-        """The pool serving ``name``: from our registry, else as announced by the tool workers
-        (MCP tools register only when a worker starts its servers); unknown tools go to
-        ``default``, whose worker reports them to the model."""
-        spec = self.registry.get(name)
-        if spec is not None:
-            return spec.pool
-        if name not in self._announced and time.monotonic() - self._announced_at > ANNOUNCED_REFRESH_S:
-            raw = await self.arq.hgetall(keys.TOOL_POOLS)
-            self._announced = {k.decode(): v.decode() for k, v in raw.items()}
-            self._announced_at = time.monotonic()
-        return self._announced.get(name, "default")
 
     async def dispatch(self, sid: str, turn: int, attempt: int, call: ToolCallReady | ToolCallInvalid) -> bool:
         """Enqueue one call; False when it was already queued (a replayed dispatch)."""
@@ -96,7 +83,7 @@ class Dispatcher:
 
     async def enqueue(self, job: ToolJob) -> bool:
         """Put ``job`` on its pool's queue and wake one idle worker of that pool for it (one script)."""
-        pool, job_id = await self.pool_of(job.name), keys.tool_job_id(job.sid, job.turn, job.index)
+        pool, job_id = await self.catalog.pool_of(job.name), keys.tool_job_id(job.sid, job.turn, job.index)
         now = timestamp_ms()
         record = serialize_job(RUN_TOOL, (encode(job),), {}, None, now, serializer=serialize)
         queued = await self._enqueue(
@@ -109,13 +96,6 @@ class Dispatcher:
     async def wake(self, pool: str) -> None:
         """Push a poll token for ``pool``: the worker that takes it polls the whole queue."""
         await push_poll_token(self.arq, keys.tool_wake(pool))
-
-
-async def announce(r: ArqRedis, registry: Registry) -> None:
-    """Publish which pool serves each of ``registry``'s tools (a started registry: MCP tools too)."""
-    pools = {name: spec.pool for name in registry.names() if (spec := registry.get(name))}
-    if pools:
-        await r.hset(keys.TOOL_POOLS, mapping=pools)
 
 
 async def push_poll_token(r: ArqRedis, wake: str) -> None:

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import StartTurn
 from runtime import bus
-
-
-@pytest.fixture
-async def r(redis_url: str):
-    client = bus.connect(redis_url)
-    yield client
-    await client.aclose()
 
 
 async def test_blocking_read_wakes_on_add(r) -> None:

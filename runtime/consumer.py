@@ -1,0 +1,125 @@
+"""One consumer loop for every job stream: read, hand each entry to a handler, ack, lease, reclaim.
+
+    ┌─ read loop ───── XREADGROUP BLOCK ──> spawn(entry) ──> handler.handle(entry) ─┐
+    │                                                            Done.ACK   -> XACK (+ XDEL)
+    │                                                            Done.LEAVE -> pending (retried)
+    └─ lease loop ──── every lease_s: XCLAIM our in-flight entries (idle time 0), then
+                       XAUTOCLAIM entries idle > reclaim_idle_ms (their consumer died) -> spawn
+
+Every path of one entry, in the order they are checked:
+
+* the handler returns ``Done.ACK``: acked (and deleted where ``delete_acked(stream)``);
+* it returns ``Done.LEAVE``: left pending; a live consumer holds it, or it is retried later;
+* ``UndecodableEntry``: dead-lettered (``ts:dead``) and acked, never retried;
+* Redis unreachable: left pending, retried when the entry is reclaimed or re-read;
+* any other exception: logged once, dead-lettered, and the entry's session fails with an
+  ``error`` event (``Turns.fail``) -- the worker goes on with every other session.
+
+In-flight entries are leased: the owner resets their idle time every ``lease_s``, so only a
+dead consumer's entries go idle and are taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from runtime import bus
+from runtime.turns import Turns
+from schemas.codec import UndecodableEntry
+
+log = logging.getLogger(__name__)
+
+REDIS_DOWN = (aioredis.ConnectionError, aioredis.TimeoutError)
+
+
+class Done(enum.Enum):
+    ACK = "ack"
+    LEAVE = "leave"
+
+
+class Handler(Protocol):
+    async def handle(self, entry: bus.Entry) -> Done: ...
+
+
+class Consumer:
+    """Runs one group reader's entries through a handler (see the module doc)."""
+
+    def __init__(self, name: str, reader: bus.GroupReader, handler: Handler, turns: Turns, *,
+                 lease_s: float, reclaim_idle_ms: int,
+                 delete_acked: Callable[[str], bool] = lambda stream: False) -> None:
+        self.name, self.reader, self.handler, self.turns = name, reader, handler, turns
+        self.lease_s, self.reclaim_idle_ms, self.delete_acked = lease_s, reclaim_idle_ms, delete_acked
+        self.inflight: dict[str, bus.Entry] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def run(self, stop: asyncio.Event, also: Iterable[Callable[[], Awaitable[None]]] = ()) -> None:
+        """Consume until ``stop`` is set; ``also``: more periodic loops of the worker, run alongside."""
+        await self.reader.setup()
+        loops = [asyncio.create_task(f()) for f in (self._read_loop, self._lease_loop, *also)]
+        await stop.wait()
+        for t in loops + list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                for entry in await self.reader.read():
+                    self.spawn(entry)
+            except REDIS_DOWN as exc:
+                log.warning("%s: redis unavailable (%s); retrying", self.name, exc)
+                await asyncio.sleep(0.5)
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s)
+            try:
+                await self.renew_leases()
+                for entry in await self.reader.reclaim(self.reclaim_idle_ms):
+                    log.info("%s: took over %s %s", self.name, entry.stream, entry.id)
+                    self.spawn(entry)
+            except REDIS_DOWN as exc:
+                log.warning("%s: lease renewal failed: %s", self.name, exc)
+
+    async def renew_leases(self) -> None:
+        """Reset the idle time of in-flight entries so live work is never reclaimed."""
+        by_stream: dict[str, list[str]] = {}
+        for e in self.inflight.values():
+            by_stream.setdefault(e.stream, []).append(e.id)
+        for stream, ids in by_stream.items():
+            await self.reader.r.xclaim(stream, self.reader.group, self.reader.consumer, 0, ids, justid=True)
+
+    def spawn(self, entry: bus.Entry) -> None:
+        """Handle ``entry`` in its own task, unless it is already in flight here."""
+        if entry.id in self.inflight:
+            return
+        self.inflight[entry.id] = entry
+        task = asyncio.create_task(self._run(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, entry: bus.Entry) -> None:
+        try:
+            if await self.handler.handle(entry) is Done.ACK:
+                await self.reader.ack(entry)
+                if self.delete_acked(entry.stream):
+                    await self.reader.r.xdel(entry.stream, entry.id)
+        except UndecodableEntry as exc:
+            await bus.dead_letter(self.reader.r, entry, str(exc), self.reader.group)
+        except asyncio.CancelledError:
+            raise
+        except REDIS_DOWN as exc:
+            log.warning("%s: %s %s interrupted by redis (%s); left pending for a retry", self.name,
+                        entry.stream, entry.id, exc)
+        except Exception as exc:  # the worker's outermost boundary: log, dead-letter, go on
+            log.exception("%s: %s %s failed", self.name, entry.stream, entry.id)
+            await bus.dead_letter(self.reader.r, entry, f"{type(exc).__name__}: {exc}", self.reader.group)
+            await self.turns.fail(entry, f"{self.name} failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.inflight.pop(entry.id, None)

@@ -1,0 +1,127 @@
+"""A turn's lifecycle steps that span the session record and the barrier: fold, complete, end.
+
+    parser records asst:{T} ──> barrier completes T ──> complete(T): fold T, then
+                                                          continue (ContinueTurn) | end
+    parser: a turn without calls (or a oneshot turn) ──> end(T): fold T, publish session.ended
+
+``fold`` is the only writer of the conversation list (``ts:s:{sid}:msgs``): it appends a turn's
+assistant message -- recorded once by the parser, from the same parse the client saw -- and
+its tool results, exactly once (``conv_turn``).  Every ending folds first, so when
+``session.ended`` is published the conversation is complete; a continuation is sent only
+after its turn is folded, so the decoder reads the conversation and never builds it.
+
+Calls without a result are dropped from the folded message (a cancel while tools ran, a
+client that never answered), so every call in the conversation has its tool message -- except
+the client calls a ONESHOT or RETURN_CALLS session hands back to its caller, who answers them
+in the next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from runtime import bus
+from runtime.barrier import Barrier
+from runtime.session import Field, SessionInfo, SessionMode, Sessions, Status
+from schemas import keys
+from schemas.codec import UndecodableEntry, decode_job, encode
+from schemas.events import ErrorEvent, Event, SessionEnded
+
+log = logging.getLogger(__name__)
+
+
+def turn_messages(message: dict[str, Any], results: list[dict[str, Any]], info: SessionInfo) -> list[dict[str, Any]]:
+    """The conversation entries of one turn: its assistant message and its calls' tool messages."""
+    answered = {r["id"]: r for r in results}
+
+    def kept(call: dict[str, Any]) -> bool:
+        returned = info.mode is not SessionMode.LOOP and info.is_client_tool(call["function"]["name"])
+        return call["id"] in answered or returned
+
+    calls = message.get("tool_calls") or []
+    keep = [c for c in calls if kept(c)]
+    msg = {k: v for k, v in message.items() if k != "tool_calls"}
+    if keep:
+        msg["tool_calls"] = keep
+    else:
+        msg["content"] = msg.get("content") or ""
+    if len(keep) < len(calls):
+        msg.pop("raw", None)  # the raw text holds calls that are gone: render from the parts
+    tool_msgs = [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"],
+                  "content": answered[c["id"]]["content"]} for c in keep if c["id"] in answered]
+    return [msg, *tool_msgs]
+
+
+def client_calls(message: dict[str, Any], info: SessionInfo) -> list[str]:
+    """Names of the turn's calls that go to the caller."""
+    return [c["function"]["name"] for c in message.get("tool_calls") or []
+            if info.is_client_tool(c["function"]["name"])]
+
+
+class Turns:
+    """The steps above, over one Redis connection."""
+
+    def __init__(self, r: aioredis.Redis, ttl_s: int = 3600, batcher: Any = None) -> None:
+        self.r, self.ttl_s = r, ttl_s
+        self.sessions = Sessions(r, batcher)
+        self.barrier = Barrier(r, ttl_s)
+
+    async def fold(self, sid: str, turn: int, info: SessionInfo) -> bool:
+        """Append turn ``turn`` to the conversation once; False if it is there or not recorded yet."""
+        message = await self.sessions.turn_message(sid, turn)
+        if message is None:
+            return False
+        results = await self.barrier.results(sid, turn)
+        return await self.sessions.append_turn(sid, turn, turn_messages(message, results, info))
+
+    async def complete(self, sid: str, turn: int) -> None:
+        """The barrier told us we completed ``turn``: fold it, then continue the session or end it."""
+        info = await self.sessions.get(sid)
+        if info is None:
+            return
+        await self.fold(sid, turn, info)
+        if not info.active:
+            return
+        if info.mode is SessionMode.RETURN_CALLS:
+            message = await self.sessions.turn_message(sid, turn) or {}
+            if client_calls(message, info):
+                await self.end(sid, turn, "tool_calls", info=info)
+                return
+        if turn + 1 >= info.max_turns:
+            await self.end(sid, turn, "max_turns", info=info)
+            await self.barrier.mark_sent(sid, turn)
+            return
+        await self.barrier.send_continuation(sid, turn)
+
+    async def end(self, sid: str, turn: int, reason: str, content: str = "", *,
+                  info: SessionInfo | None = None) -> bool:
+        """Fold the turn, publish ``session.ended`` once per turn, mark the record ended and let its
+        keys expire.  The first ending of a turn wins: a cancel is not overwritten by the aborted
+        turn's own end.  A continued session (a new user message) ends again at a later turn."""
+        info = info or await self.sessions.get(sid)
+        if info is not None:
+            await self.fold(sid, turn, info)
+        ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
+                   body=SessionEnded(reason=reason, content=content))
+        status = Status.CANCELLED if reason == "cancelled" else Status.ENDED
+        if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN):
+            return False
+        await self.r.zrem(keys.ACTIVE_SESSIONS, sid)
+        await bus.expire_session(self.r, sid, turn + 1, self.ttl_s)
+        return True
+
+    async def fail(self, entry: bus.Entry, message: str, code: str = "worker_error") -> None:
+        """A job of this session failed for good: tell the client and end the session (others go on)."""
+        try:
+            job = decode_job(entry.data)
+        except UndecodableEntry:
+            return  # no session to tell
+        turn = getattr(job, "turn", 0)
+        ev = Event(sid=job.sid, turn=turn, attempt=0, seq=0, src="error", ts=time.time(),
+                   body=ErrorEvent(message=message[:2000], code=code))
+        await self.sessions.publish_once(job.sid, turn, Field.error(turn), [(0, encode(ev))], bus.EVENT_STREAM_MAXLEN)
+        await self.end(job.sid, turn, "error")

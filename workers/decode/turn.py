@@ -1,0 +1,166 @@
+"""One turn attempt on this decoder: the stored conversation in, token-log entries out.
+
+    ParseTurn job + route ──> engine.generate(req) ──> TokenChunk ... (coalesced) ──> TokenEnd
+                                     │                  (first token at once, then every
+                                     └─ TurnStarted      coalesce_tokens or coalesce_ms)
+
+The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
+continuation is sent) and never builds or parses messages itself.  Between chunks it checks,
+at most every ``AbortCheck.interval_s``, whether the session was cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+
+from runtime import bus, routing
+from runtime.session import Field, SessionInfo
+from schemas import keys
+from schemas.codec import encode
+from schemas.events import Event, ParseTurn, TokenChunk, TokenEnd, TurnRestarted, TurnStarted
+from workers.decode.chunks import AbortCheck, Coalescer
+from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
+
+if TYPE_CHECKING:
+    from workers.decode.worker import DecodeWorker
+
+log = logging.getLogger(__name__)
+
+
+class TurnRun:
+    """Generates turn ``turn`` (attempt ``attempt``) of one session; ``run`` returns when it ended."""
+
+    def __init__(self, w: DecodeWorker, info: SessionInfo, turn: int, attempt: int, continuation: bool) -> None:
+        self.w, self.info, self.turn, self.attempt, self.continuation = w, info, turn, attempt, continuation
+        self.sid = info.sid
+        self.seq = 0  # token chunks written
+        self.parts: list[str] = []
+        self.co = Coalescer(w.cfg.coalesce_tokens, w.cfg.coalesce_ms)
+        self.last: GenerateDelta | None = None
+        self.started = False  # TurnStarted published (with the first delta)
+
+    async def run(self) -> None:
+        messages = await self.w.sessions.messages(self.sid)
+        self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
+                                   tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
+                                   continuation=self.continuation, turn=self.turn, metadata=self.info.meta)
+        await self._announce()
+        if self.attempt > 1:
+            await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
+        try:
+            await self._stream()
+        finally:
+            with contextlib.suppress(aioredis.ConnectionError, aioredis.TimeoutError):
+                await routing.turn_ended(self.w.r, self.w.me)
+
+    async def _announce(self) -> None:
+        """Queue the turn's parse job and route the conversation's next requests here, in one round
+        trip (before the turn ends, so that a client's immediate follow-up already finds the route)."""
+        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.w.me,
+                        after=await bus.last_id(self.w.r, keys.tokens(self.sid)))
+        pipe = self.w.r.pipeline(transaction=False)
+        pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
+        routing.turn_started(pipe, self.w.cfg, routing.conversation_key(self.req.messages, self.req.tools), self.w.me)
+        await pipe.execute()
+
+    async def _stream(self) -> None:
+        gen = _with_prefill(self.w.engine.generate(self.req), self.req.params.prefill).__aiter__()
+        abort = AbortCheck(self.w.engine, self.req, self.sid, self.turn)
+        try:
+            await self._pump(gen, abort)
+        finally:
+            await self._abandon(gen)
+        last = self.last
+        end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=self.seq, finish_reason=last.finish_reason or "stop",
+                       completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
+                       cached_tokens=last.cached_tokens, text="".join(self.parts))
+        self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
+        await self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end), bus.TOKEN_STREAM_MAXLEN)
+        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
+                 last.completion_tokens, last.finish_reason)
+
+    async def _pump(self, gen: Any, abort: AbortCheck) -> None:
+        """Move engine deltas into coalesced token-log entries until the engine finishes."""
+        nxt: asyncio.Task | None = None
+        co = self.co
+        try:
+            while self.last is None or not self.last.finished:
+                wait = co.timeout(time.monotonic())
+                if wait is None and nxt is None:  # nothing buffered: just wait for the engine
+                    self._take(await gen.__anext__())
+                else:  # text buffered: wait for the engine, but flush it when it is due
+                    nxt = nxt or asyncio.ensure_future(gen.__anext__())
+                    if (await asyncio.wait({nxt}, timeout=wait))[0]:
+                        self._take(nxt.result())
+                        nxt = None
+                if not self.started and self.last is not None:
+                    await self._turn_started()
+                now = time.monotonic()
+                if co.due(now) or (self.last.finished and co.tokens):
+                    await self._write_chunk(abort, now)
+        finally:
+            if nxt is not None:
+                nxt.cancel()
+
+    def _take(self, delta: GenerateDelta) -> None:
+        self.w.tokens_out += delta.n_tokens
+        self.last = delta
+        self.co.add(delta)
+        self.parts.append(delta.text)
+
+    async def _turn_started(self) -> None:
+        self.started = True
+        last = self.last
+        await self._event(1, TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
+                                         worker=self.w.me, continuation=self.continuation))
+
+    async def _write_chunk(self, abort: AbortCheck, now: float) -> None:
+        """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
+        text, n = self.co.take(now)
+        chunk = encode(TokenChunk(turn=self.turn, attempt=self.attempt, seq=self.seq, text=text, n_tokens=n,
+                                  t_emit=time.time()))
+        self.seq += 1
+        stream = keys.tokens(self.sid)
+        if not abort.due(now):
+            await self.w.batcher.call(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
+                                                             maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
+            return
+        pipe = self.w.r.pipeline(transaction=False)
+        pipe.xadd(stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
+        pipe.hmget(keys.session(self.sid), "status", "turn")
+        _, (status, turn) = await pipe.execute()
+        await abort.apply(status, turn)
+
+    async def _abandon(self, gen: Any) -> None:
+        """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
+        if self.co.finished:
+            return
+        with contextlib.suppress(Exception):
+            await self.w.engine.abort(self.req.rid)
+        with contextlib.suppress(Exception):
+            await gen.aclose()
+
+    async def _event(self, seq: int, body: Any) -> None:
+        ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
+                   body=body)
+        await self.w.sessions.publish_once(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
+                                           [(seq, encode(ev))], bus.EVENT_STREAM_MAXLEN)
+
+
+async def _with_prefill(gen: AsyncIterator[GenerateDelta], prefill: str) -> AsyncIterator[GenerateDelta]:
+    """The engine's deltas, the first one led by the forced ``prefill``: the turn's text includes it."""
+    try:
+        async for delta in gen:
+            if prefill:
+                delta, prefill = dataclasses.replace(delta, text=prefill + delta.text), ""
+            yield delta
+    finally:
+        await gen.aclose()
