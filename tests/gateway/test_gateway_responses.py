@@ -68,14 +68,22 @@ def test_function_calls_end_the_response(client: openai.OpenAI) -> None:
     assert len({c.call_id for c in calls}) == 2 and all(c.status == "completed" for c in calls)
 
 
-def test_a_follow_up_by_previous_response_id(client: openai.OpenAI) -> None:
-    first = client.responses.create(model=MODEL, input=ASK, tools=TOOLS, extra_body={"replay": TWO_CALLS})
+def test_a_follow_up_by_previous_response_id(client: openai.OpenAI, gw: GwStack) -> None:
+    first = client.responses.create(model=MODEL, input=ASK, tools=TOOLS, instructions="Be brief.",
+                                    extra_body={"replay": TWO_CALLS})
     calls = [o for o in first.output if o.type == "function_call"]
     second = client.responses.create(model=MODEL, previous_response_id=first.id, input=outputs_for(calls),
                                      tools=TOOLS, extra_body={"replay": TWO_CALLS})
     assert second.output_text == "Weather sunny, 21 C, time 14:05." and second.previous_response_id == first.id
     items = client.responses.input_items.list(second.id, order="asc")
     assert [i.type for i in items.data] == ["function_call_output"] * 2
+    # the conversation it continued: the first one's, without its instructions (as OpenAI), calls matched up
+    session = httpx.get(f"{gw.url}/v1/sessions/{second.id.removeprefix('resp_')}",
+                        headers={"Authorization": f"Bearer {ALICE}"}).json()
+    msgs = session["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [c["id"] for c in msgs[1]["tool_calls"]] == [c.call_id for c in calls] == [
+        m["tool_call_id"] for m in msgs[2:4]]
 
 
 def test_a_stateless_follow_up_sends_the_whole_item_list(client: openai.OpenAI) -> None:
