@@ -128,8 +128,8 @@ class McpAllowedFilter(BaseModel):
 
 
 class McpTool(BaseModel):
-    """Server tools: ``server_label`` "turnstream" is the server's own registry, any other label a configured
-    MCP server of that name."""
+    """Server tools (``gateway.server_tools``): ``server_label`` "turnstream" is the server's own tools, any
+    other label a configured MCP server of that name."""
 
     model_config = ConfigDict(extra="allow")
     type: Literal["mcp"]

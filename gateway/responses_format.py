@@ -35,31 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.openai_format import Diverged
-from gateway.responses_output import OutputItem, ResponseHead, Usage, exposed_call_id, usage_object
-from gateway.server_tools import OWN_LABEL
+from gateway.responses_output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
 from schemas.events import (PARSE_BODIES, ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
                             ToolCallBegin, ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted,
                             TurnStarted)
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 _ATTEMPTED = (*PARSE_BODIES, TurnStarted, TurnEnded, TurnRestarted)
-
-
-@dataclass(frozen=True)
-class Policy:
-    servers: dict[str, tuple[str, str]] = field(default_factory=dict)  # model name -> (server_label, name there)
-    offer_tools: bool = True  # False for tool_choice "none"
-    named: str | None = None  # the function named by tool_choice
-    parallel: bool = True
-    namespaces: dict[str, str] = field(default_factory=dict)  # client tool name -> its namespace tool
-    clients: tuple[str, ...] = ()  # the client tools (with server tools, any other call is the server's)
-
-    def server(self, name: str) -> tuple[str, str] | None:
-        """(server_label, name there) of a call the server runs; None for a client call.  In a response with
-        server tools a call of an unknown name is the server's too: it answers it with an error."""
-        if name in self.servers:
-            return self.servers[name]
-        return (OWN_LABEL, name) if self.servers and name not in self.clients else None
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The output items of one response as they are built (``OutputItem``), and the Response object.
+"""The output items of one response as they are built (``OutputItem``), the Response object, and the
+output ``Policy`` (which calls are the server's and which of the client's are returned).
 
 An ``OutputItem`` is one entry of ``Response.output``: an assistant ``message`` (one
 ``output_text`` part), a ``reasoning`` item (one ``reasoning_text`` part), a ``function_call``
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.openai_format import StreamedText
+from gateway.server_tools import OWN_LABEL
 
 _ID_PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc", "mcp_call": "mcp"}
 
@@ -107,3 +109,20 @@ class ResponseHead:
                 "completed_at": completed_at, "error": error,
                 "incomplete_details": {"reason": incomplete} if incomplete else None,
                 **self.echo, "output": output, "usage": usage}
+
+
+@dataclass(frozen=True)
+class Policy:
+    servers: dict[str, tuple[str, str]] = field(default_factory=dict)  # model name -> (server_label, name there)
+    offer_tools: bool = True  # False for tool_choice "none"
+    named: str | None = None  # the function named by tool_choice
+    parallel: bool = True
+    namespaces: dict[str, str] = field(default_factory=dict)  # client tool name -> its namespace tool
+    clients: tuple[str, ...] = ()  # the client tools (with server tools, any other call is the server's)
+
+    def server(self, name: str) -> tuple[str, str] | None:
+        """(server_label, name there) of a call the server runs; None for a client call.  In a response with
+        server tools a call of an unknown name is the server's too: it answers it with an error."""
+        if name in self.servers:
+            return self.servers[name]
+        return (OWN_LABEL, name) if self.servers and name not in self.clients else None

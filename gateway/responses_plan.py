@@ -26,7 +26,7 @@ from gateway.limits import check_counts
 from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
 from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
                                     NamespaceTool, OtherChoice, ResponseInputs)
-from gateway.responses_format import Policy
+from gateway.responses_output import Policy
 from gateway.responses_items import merge_system, normalize, to_messages
 from gateway.responses_read import finished
 from gateway.server_tools import select

@@ -28,8 +28,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.responses_format import Policy
-from gateway.responses_output import ResponseHead, exposed_call_id
+from gateway.responses_output import Policy, ResponseHead, exposed_call_id
 from schemas import keys
 
 _INTERNAL_CALL_ID = re.compile(r"^call_\d+_\d+$")

@@ -35,3 +35,21 @@ def test_an_agent_with_a_function_tool_runs_to_its_final_answer(gw: GwStack) -> 
     outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]
     assert len(calls) == 1 and len(outputs) == 1 and outputs[0].output == "sunny and 21 C in Paris"
     assert len(result.raw_responses) == 2 and all(r.response_id.startswith("resp_") for r in result.raw_responses)
+
+
+def test_an_agent_with_hosted_mcp_tools_gets_them_run_by_the_server(gw: GwStack) -> None:
+    from agents import HostedMCPTool
+
+    set_tracing_disabled(True)
+    script = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+              "Server says: {{ results[0] }}"]
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused-in-open-mode", max_retries=0)
+    hosted = HostedMCPTool(tool_config={"type": "mcp", "server_label": "turnstream", "allowed_tools": ["get_weather"],
+                                        "require_approval": "never"})
+    agent = Agent(name="weather", tools=[hosted], model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                  model_settings=ModelSettings(extra_body={"replay": script}))
+    result = asyncio.run(Runner.run(agent, "What's the weather in Paris?"))
+    assert result.final_output.startswith("Server says: {") and '"city":"Paris"' in result.final_output
+    assert len(result.raw_responses) == 1  # one response: the server ran the tool inside it
+    [call] = [o for o in result.raw_responses[0].output if o.type == "mcp_call"]
+    assert (call.server_label, call.name, call.status) == ("turnstream", "get_weather", "completed")

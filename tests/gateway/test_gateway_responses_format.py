@@ -9,8 +9,8 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from gateway.responses_format import Policy, ResponseStream
-from gateway.responses_output import ResponseHead
+from gateway.responses_format import ResponseStream
+from gateway.responses_output import Policy, ResponseHead
 from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
                             ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted, TurnStarted)
 
