@@ -17,7 +17,8 @@ from gateway_harness import MODEL, GwStack
 REPO = Path(__file__).resolve().parents[2]
 _TOOLS = Path(tempfile.mkdtemp(prefix="turnstream-resp-mcp-")) / "tools.toml"
 _TOOLS.write_text(f"[mcp.calc]\ncommand = {json.dumps(sys.executable)}\n"
-                  f"args = [{json.dumps(str(REPO / 'tests' / 'tools' / 'mcp_server.py'))}]\n")
+                  f"args = [{json.dumps(str(REPO / 'tests' / 'tools' / 'mcp_server.py'))}]\n"
+                  "connect_timeout_s = 60\n")  # a loaded CI machine starts it slowly
 GATEWAY_CONFIG = dict(tools_config=str(_TOOLS))
 
 CALC = {"type": "mcp", "server_label": "calc", "allowed_tools": ["add", "fail"], "require_approval": "never"}
