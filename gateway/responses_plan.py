@@ -202,12 +202,24 @@ async def plan(state: Any, body: CreateResponse, key: str) -> Plan:
     check_model(cfg, body.model)
     prompt = await build_prompt(state, body, key)
     max_tokens = body.max_output_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
-    check_counts(cfg, messages=len(prompt.messages), tools=len(prompt.tools), max_tokens=max_tokens)
+    _check_limits(cfg, prompt, max_tokens)
     forced = body.tool_choice == "required" or prompt.policy.named is not None
     prefill = forced_opener(cfg.tool_format, prompt.policy.named, cfg.reasoning or None) if forced else None
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "prefill": prefill}
     return Plan(prompt, normalize(body.input), {k: v for k, v in params.items() if v is not None},
                 {"replay": body.replay} if body.replay else {}, _echo(cfg, body))
+
+
+_FIELDS = {"messages": "input", "max_tokens": "max_output_tokens"}  # the limits' names in this API
+
+
+def _check_limits(cfg: Any, prompt: Prompt, max_tokens: int) -> None:
+    """The configured request limits (``gateway.limits``), naming this API's fields."""
+    try:
+        check_counts(cfg, messages=len(prompt.messages), tools=len(prompt.tools), max_tokens=max_tokens)
+    except ApiError as err:
+        field = _FIELDS.get(err.param or "", err.param)
+        raise ApiError(err.status, f"{field}: {err.message.partition(': ')[2]}", param=field, code=err.code) from None
 
 
 def _echo(cfg: Any, body: CreateResponse) -> dict[str, Any]:

@@ -10,8 +10,11 @@ import openai
 import pytest
 from gateway_harness import MODEL, GwStack, assert_cancelled_mid_turn
 
+from schemas import keys
+
 ALICE, BOB = "sk-resp-alice-0123456789", "sk-resp-bob-9876543210"
-GATEWAY_CONFIG = dict(api_keys=(ALICE, BOB), rate_limit_rps=1000, rate_limit_burst=1000)
+GATEWAY_CONFIG = dict(api_keys=(ALICE, BOB), rate_limit_rps=1000, rate_limit_burst=1000, max_tools=4,
+                      max_messages=8, max_tokens_limit=2048, response_ttl_s=600)
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
          {"type": "function", "name": "get_time",
@@ -231,6 +234,9 @@ def test_a_stored_response_belongs_to_its_key(gw: GwStack, client: openai.OpenAI
     ({"tools": [{"type": "mcp", "server_label": "nowhere", "require_approval": "never"}]}, "tools[0].server_label"),
     ({"tools": [{"type": "mcp", "server_label": "turnstream"}]}, "tools[0].require_approval"),
     ({"temperature": 7}, "temperature"),
+    ({"max_output_tokens": 4096}, "max_output_tokens"),
+    ({"input": [{"role": "user", "content": "x"}] * 9}, "input"),
+    ({"tools": [TOOLS[0] | {"name": f"t{i}"} for i in range(5)]}, "tools"),
 ])
 def test_unsupported_or_invalid_fields_get_a_400_naming_them(gw: GwStack, body: dict, param: str) -> None:
     payload = {"model": MODEL, "input": ASK, **body}
@@ -238,6 +244,12 @@ def test_unsupported_or_invalid_fields_get_a_400_naming_them(gw: GwStack, body: 
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+
+
+def test_a_stored_response_expires_after_response_ttl_s(client: openai.OpenAI, gw: GwStack) -> None:
+    resp = client.responses.create(model=MODEL, input=ASK, extra_body={"replay": ["kept"]})
+    ttl = gw.redis().ttl(keys.response(resp.id.removeprefix("resp_")))
+    assert 0 < ttl <= 600
 
 
 def test_unknown_models_and_responses_are_404(client: openai.OpenAI) -> None:
