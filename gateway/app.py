@@ -2,9 +2,11 @@
 
 Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.responses_api``,
-``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a
-decoder is alive), ``/metrics``, the playground (``/``), the OpenAPI schema.  Every error is in
-OpenAI's shape (``gateway.errors``).  The process beats ``ts:gateway:hb:{id}`` like the workers.
+``gateway.anthropic_api``, ``gateway.sessions``, ``gateway.streams``).  Open: ``/healthz`` (the process is up), ``/readyz``
+(Redis answers and a decoder is alive), ``/metrics``, the playground (``/``, also ``HEAD``:
+Claude Code probes it), the OpenAPI schema.  Every error is in OpenAI's shape, Anthropic's on
+the ``/v1/messages`` routes (``gateway.errors``).  The process beats ``ts:gateway:hb:{id}`` like
+the workers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gateway import errors
+from gateway.anthropic_api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
 from gateway.limits import BodyLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
@@ -81,6 +84,7 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
     app.include_router(openai_router)
     app.include_router(responses_router)
+    app.include_router(anthropic_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)
     _add_open_routes(app)
@@ -89,7 +93,7 @@ def create_app(cfg: Config) -> FastAPI:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     return errors.ApiError(503, str(exc), type="server_error", code="unavailable",
-                           headers={"Retry-After": "1"}).response()
+                           headers={"Retry-After": "1"}).response(request.url.path)
 
 
 def serve(cfg: Config) -> None:
@@ -145,7 +149,7 @@ def _add_open_routes(app: FastAPI) -> None:
         await s.metrics.refresh(s.redis, await s.catalog.pools(), s.relay)
         return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def playground() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 

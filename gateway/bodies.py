@@ -73,7 +73,7 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
-def check_replay(v: list[str] | None) -> list[str] | None:
+def _check_replay(v: list[str] | None) -> list[str] | None:
     for i, template in enumerate(v or []):
         try:
             _jinja.parse(template)
@@ -150,7 +150,7 @@ class CreateSession(BaseModel):
     stop: list[str] | None = Field(default=None, max_length=8)
     replay: Replay = None
 
-    _replay = field_validator("replay")(check_replay)
+    _replay = field_validator("replay")(_check_replay)
 
 
 class AddMessage(BaseModel):
@@ -212,7 +212,7 @@ class ChatRequest(BaseModel):
     user: str | None = None
     replay: Replay = None
 
-    _replay = field_validator("replay")(check_replay)
+    _replay = field_validator("replay")(_check_replay)
 
     @field_validator("stop")
     @classmethod

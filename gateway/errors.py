@@ -1,4 +1,5 @@
-"""Every error the gateway returns, in OpenAI's shape.
+"""Every error the gateway returns, in OpenAI's shape (Anthropic's on the ``/v1/messages``
+routes: ``gateway.anthropic_errors``, chosen by the request's path).
 
     {"error": {"message": str, "type": str, "param": str | null, "code": str | null}}
 
@@ -16,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway import anthropic_errors
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +38,14 @@ class ApiError(Exception):
         self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
+    def body(self, path: str = "") -> dict[str, Any]:
+        """The error body in the shape of the API that ``path`` belongs to."""
+        if anthropic_errors.applies(path):
+            return anthropic_errors.body(self.status, self.message)
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, path: str = "") -> JSONResponse:
+        return JSONResponse(self.body(path), status_code=self.status, headers=self.headers)
 
 
 def not_found(what: str, code: str = "not_found") -> ApiError:
@@ -80,17 +86,21 @@ _DOCUMENTED = {"400": "invalid request", "401": "missing or invalid API key", "4
 
 def document(schema: dict[str, Any]) -> dict[str, Any]:
     """Rewrite an OpenAPI schema's error responses: OpenAI-shaped 4xx instead of FastAPI's 422."""
-    schema.setdefault("components", {}).setdefault("schemas", {})["ErrorResponse"] = _ERROR_SCHEMA
-    schema["components"].setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
-    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {}).update(ErrorResponse=_ERROR_SCHEMA,
+                                                AnthropicErrorResponse=anthropic_errors.SCHEMA)
+    components.setdefault("securitySchemes", {}).update(
+        bearer={"type": "http", "scheme": "bearer"}, api_key={"type": "apiKey", "in": "header", "name": "x-api-key"})
     for path, ops in schema.get("paths", {}).items():
         if not path.startswith("/v1/"):
             continue
+        name = "AnthropicErrorResponse" if anthropic_errors.applies(path) else "ErrorResponse"
+        ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
         for op in ops.values():
             op["responses"].pop("422", None)
             for status, text in _DOCUMENTED.items():
                 op["responses"].setdefault(status, {"description": text, **ref})
-            op["security"] = [{"bearer": []}]
+            op["security"] = [{"bearer": []}, {"api_key": []}]
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     return schema
@@ -109,18 +119,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+        return validation_error(exc).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response()
+        return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response(request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # the outermost boundary
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return ApiError(500, "internal server error", type="server_error").response()
+        return ApiError(500, "internal server error", type="server_error").response(request.url.path)

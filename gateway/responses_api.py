@@ -11,9 +11,10 @@
 A response is a session (``gateway.session_ops``): its id is ``resp_<sid>``.  Without server
 tools it is a one-turn session whose calls all go back to the client (as a chat completion);
 with server tools (``mcp`` tools) it is the server's loop (``SessionMode.RETURN_CALLS``): their
-calls run on the tool workers, and a turn that calls a client tool ends it.  Its events are translated by ``gateway.responses_format``; a stored one (``store``, the
-default) is kept by ``gateway.responses_store`` for ``response_ttl_s`` and belongs to the API
-key that made it (others get 404).  A follow-up with ``previous_response_id`` is a new session
+calls run on the tool workers, and a turn that calls a client tool ends it.  Its events are
+translated by ``gateway.responses_format``; a stored one (``store``, the default) is kept by
+``gateway.responses_store`` for ``response_ttl_s`` and belongs to the API key that made it
+(others get 404).  A follow-up with ``previous_response_id`` is a new session
 whose conversation is the stored one plus the new input, queued on the decoder that ran the
 previous one (it may still hold the KV).  A non-background client that disconnects cancels
 its response; a background one runs on, followed by this gateway.

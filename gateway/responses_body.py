@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from gateway.bodies import NAME_PATTERN, FunctionDef, Replay, check_replay
+from gateway.bodies import NAME_PATTERN, FunctionDef, Replay, _check_replay
 
 
 # --------------------------------------------------------------------------- input items
@@ -235,7 +235,7 @@ class CreateResponse(ResponseInputs):
     context_management: Any = None
     replay: Replay = None
 
-    _replay = field_validator("replay")(check_replay)
+    _replay = field_validator("replay")(_check_replay)
 
     @field_validator("metadata")
     @classmethod

@@ -23,14 +23,13 @@ from typing import Any
 
 from gateway.errors import ApiError, unsupported
 from gateway.limits import check_counts
-from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
+from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, forced_prefill, served_model
 from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
                                     NamespaceTool, OtherChoice, ResponseInputs)
-from gateway.responses_output import Policy
 from gateway.responses_items import merge_system, normalize, to_messages
+from gateway.responses_output import Policy
 from gateway.responses_read import finished
 from gateway.server_tools import select
-from workers.decode.forcing import forced_opener  # as gateway.openai_api (moves into the decoder, issue 17)
 
 # include values that change nothing here: no such items exist, or reasoning is never encrypted
 HARMLESS_INCLUDES = {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
@@ -204,7 +203,7 @@ async def plan(state: Any, body: CreateResponse, key: str) -> Plan:
     max_tokens = body.max_output_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
     _check_limits(cfg, prompt, max_tokens)
     forced = body.tool_choice == "required" or prompt.policy.named is not None
-    prefill = forced_opener(cfg.tool_format, prompt.policy.named, cfg.reasoning or None) if forced else None
+    prefill = forced_prefill(cfg, prompt.policy.named) if forced else None
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "prefill": prefill}
     return Plan(prompt, normalize(body.input), {k: v for k, v in params.items() if v is not None},
                 {"replay": body.replay} if body.replay else {}, _echo(cfg, body))

@@ -5,6 +5,7 @@
     turnstream worker {decode,parser,tools}
     turnstream gateway
     turnstream status                      the live processes of each kind, with their load
+    turnstream healthcheck                 is this container's process alive (Docker HEALTHCHECK)
     turnstream chat "message"              create a session and print its live stream
     turnstream tools list                  the tool registry with schemas
     turnstream bench NAME | all            benchmarks (bench/)
@@ -134,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     for kind, what in (("decode", "a decode worker (the engine)"), ("parser", "a parser worker"),
                        ("tools", "a tool worker of one pool")):
         _add_config_flags(kinds.add_parser(kind, help=what, description=what), (kind,))
+    sub.add_parser("healthcheck", help="exit 0 when this container's turnstream process is alive (Docker)")
     st = sub.add_parser("status", help="the live processes of each kind, with their load")
     st.add_argument("--redis-url", dest="redis_url", default=None, metavar="REDIS_URL",
                     help="the deployment's Redis (default: TURNSTREAM_REDIS_URL)")
@@ -188,6 +190,10 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         from turnstream.stack import run_stack
 
         return run_stack(cfg, args.workers.split(","), demo=args.cmd == "demo", data_dir=args.data_dir)
+    if args.cmd == "healthcheck":
+        from turnstream.healthcheck import healthcheck
+
+        return healthcheck(cfg)
     if args.cmd == "status":
         from turnstream.status import status
 

@@ -129,9 +129,10 @@ async def read_sse(url: str, path: str, headers: dict[str, str] | None = None,
 
 def assert_cancelled_mid_turn(r: redis.Redis, sid: str, full: str) -> None:
     """The oneshot session ``sid`` was cancelled and its decoder stopped before writing all of ``full``."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound for a loaded machine: the turn's end is the condition
     while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
         time.sleep(0.05)
-    assert r.hget(keys.session(sid), "status") == b"cancelled"
+    status = r.hget(keys.session(sid), "status")
+    assert status == b"cancelled", f"session {sid} is {status!r}, not cancelled"
     raw = json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]
     assert 0 < len(raw) < len(full)  # the decoder stopped generating

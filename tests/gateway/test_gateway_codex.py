@@ -26,9 +26,9 @@ FILE, TEXT = "hello.txt", "hello from codex"
 ANSWER = "I wrote hello.txt for you."
 _SCRIPT = Path(tempfile.mkdtemp(prefix="turnstream-codex-")) / "script.json"
 _SCRIPT.write_text(json.dumps([
-    '<tool_call>\n{"name": "exec_command", "arguments": {"cmd": "printf \'%s\' > %s"}}\n</tool_call>' % (TEXT, FILE),
+    f'<tool_call>\n{{"name": "exec_command", "arguments": {{"cmd": "printf \'{TEXT}\' > {FILE}"}}}}\n</tool_call>',
     ANSWER]))
-GATEWAY_CONFIG = dict(replay_script=str(_SCRIPT), replay_rate=2000)
+GATEWAY_CONFIG = {"replay_script": str(_SCRIPT), "replay_rate": 2000}
 KEY = "codex-test-key"
 
 CONFIG = f"""
@@ -62,7 +62,8 @@ def test_codex_exec_runs_its_own_tool_and_answers(gw: GwStack, tmp_path: Path) -
     proc = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--ephemeral", "--strict-config",
                            "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work),
                            "Write 'hello from codex' into hello.txt, then tell me."],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (work / FILE).read_text() == TEXT  # Codex ran its own tool, as the model asked
     assert proc.stdout.strip().splitlines()[-1] == ANSWER, proc.stdout[-2000:]

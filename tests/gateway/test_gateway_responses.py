@@ -13,8 +13,8 @@ from gateway_harness import MODEL, GwStack, assert_cancelled_mid_turn
 from schemas import keys
 
 ALICE, BOB = "sk-resp-alice-0123456789", "sk-resp-bob-9876543210"
-GATEWAY_CONFIG = dict(api_keys=(ALICE, BOB), rate_limit_rps=1000, rate_limit_burst=1000, max_tools=4,
-                      max_messages=8, max_tokens_limit=2048, response_ttl_s=600)
+GATEWAY_CONFIG = {"api_keys": (ALICE, BOB), "rate_limit_rps": 1000, "rate_limit_burst": 1000, "max_tools": 4,
+                  "max_messages": 8, "max_tokens_limit": 8192, "response_ttl_s": 600}
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
          {"type": "function", "name": "get_time",
@@ -167,8 +167,9 @@ def test_leaving_a_background_stream_does_not_cancel_it(client: openai.OpenAI) -
 
 
 def test_cancel_stops_a_background_response(client: openai.OpenAI, gw: GwStack) -> None:
-    long = "word " * 2000  # 5 s of tokens at the stack's replay rate
-    resp = client.responses.create(model=MODEL, input=ASK, background=True, extra_body={"replay": [long]})
+    long = "word " * 2000  # 8000 tokens: 20 s at the stack's replay rate, longer than a starved gateway's cancel
+    resp = client.responses.create(model=MODEL, input=ASK, background=True, max_output_tokens=8000,
+                                   extra_body={"replay": [long]})
     first = _collect(client.responses.retrieve(resp.id, stream=True), limit=5)  # it is generating
     assert first[-1].sequence_number == 4
     cancelled = client.responses.cancel(resp.id)
@@ -181,8 +182,9 @@ def test_cancel_stops_a_background_response(client: openai.OpenAI, gw: GwStack) 
 
 
 def test_a_client_that_leaves_mid_stream_cancels_generation(client: openai.OpenAI, gw: GwStack) -> None:
-    long = "word " * 2000
-    stream = client.responses.create(model=MODEL, input=ASK, stream=True, extra_body={"replay": [long]})
+    long = "word " * 2000  # 20 s of tokens
+    stream = client.responses.create(model=MODEL, input=ASK, stream=True, max_output_tokens=8000,
+                                     extra_body={"replay": [long]})
     rid = _collect(stream, limit=6)[0].response.id
     assert_cancelled_mid_turn(gw.redis(), rid.removeprefix("resp_"), long)
     assert client.responses.retrieve(rid).status == "cancelled"
@@ -234,7 +236,7 @@ def test_a_stored_response_belongs_to_its_key(gw: GwStack, client: openai.OpenAI
     ({"tools": [{"type": "mcp", "server_label": "nowhere", "require_approval": "never"}]}, "tools[0].server_label"),
     ({"tools": [{"type": "mcp", "server_label": "turnstream"}]}, "tools[0].require_approval"),
     ({"temperature": 7}, "temperature"),
-    ({"max_output_tokens": 4096}, "max_output_tokens"),
+    ({"max_output_tokens": 9000}, "max_output_tokens"),
     ({"input": [{"role": "user", "content": "x"}] * 9}, "input"),
     ({"tools": [TOOLS[0] | {"name": f"t{i}"} for i in range(5)]}, "tools"),
 ])

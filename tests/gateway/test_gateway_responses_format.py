@@ -34,9 +34,9 @@ def call(index: int, name: str, args: str, turn: int = 0, attempt: int = 1) -> l
             ev(ToolCallReady(index=index, id=cid, name=name, arguments=args), turn, attempt)]
 
 
-def run(events: list[Event], policy: Policy = Policy()) -> tuple[ResponseStream, list[dict[str, Any]]]:
+def run(events: list[Event], policy: Policy | None = None) -> tuple[ResponseStream, list[dict[str, Any]]]:
     """Translate ``events``; every output event and the final object must validate as OpenAI's types."""
-    stream = ResponseStream(HEAD, policy)
+    stream = ResponseStream(HEAD, policy or Policy())
     out = stream.start()
     for e in events:
         out += stream.feed(e)
@@ -74,7 +74,7 @@ def test_function_calls_end_the_response_with_function_call_items() -> None:
     args = '{"city": "Paris"}'
     events = [ev(ContentDelta(text="On it.")), *call(0, "get_weather", args), *call(1, "get_time", "{}"),
               ev(TurnEnded(finish_reason="tool_calls", completion_tokens=9)), ev(SessionEnded(reason="tool_calls"))]
-    stream, out = run(events)
+    _, out = run(events)
     final = Response.model_validate(out[-1]["response"])
     assert [o.type for o in final.output] == ["message", "function_call", "function_call"]
     fc = final.output[1]
@@ -176,7 +176,7 @@ def test_cancelled_has_no_terminal_event_and_errors_fail() -> None:
     stream, out = run([ev(ContentDelta(text="partial")), ev(SessionEnded(reason="cancelled"))])
     assert out[-1]["type"] == "response.output_item.done" and stream.status == "cancelled"
     assert stream.snapshot()["output"][0]["content"][0]["text"] == "partial"
-    stream, out = run([ev(ErrorEvent(message="decoder exploded")), ev(SessionEnded(reason="error"))])
+    _, out = run([ev(ErrorEvent(message="decoder exploded")), ev(SessionEnded(reason="error"))])
     assert out[-1]["type"] == "response.failed"
     assert out[-1]["response"]["error"] == {"code": "server_error", "message": "decoder exploded"}
 

@@ -19,7 +19,7 @@ _TOOLS = Path(tempfile.mkdtemp(prefix="turnstream-resp-mcp-")) / "tools.toml"
 _TOOLS.write_text(f"[mcp.calc]\ncommand = {json.dumps(sys.executable)}\n"
                   f"args = [{json.dumps(str(REPO / 'tests' / 'tools' / 'mcp_server.py'))}]\n"
                   "connect_timeout_s = 60\n")  # a loaded CI machine starts it slowly
-GATEWAY_CONFIG = dict(tools_config=str(_TOOLS))
+GATEWAY_CONFIG = {"tools_config": str(_TOOLS)}
 
 CALC = {"type": "mcp", "server_label": "calc", "allowed_tools": ["add", "fail"], "require_approval": "never"}
 OWN = {"type": "mcp", "server_label": "turnstream", "allowed_tools": ["get_weather"], "require_approval": "never"}

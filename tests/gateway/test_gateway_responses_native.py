@@ -10,7 +10,7 @@ import openai
 import pytest
 from gateway_harness import MODEL, GwStack
 
-GATEWAY_CONFIG = dict(engine="native")
+GATEWAY_CONFIG = {"engine": "native"}
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
 ASK = "What's the weather in Paris today?"

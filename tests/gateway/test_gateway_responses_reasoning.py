@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 from gateway_harness import MODEL, GwStack
 
-GATEWAY_CONFIG = dict(reasoning="think")
+GATEWAY_CONFIG = {"reasoning": "think"}
 SCRIPT = ["<think>The user wants the weather; I should check.</think>Let me check.",
           "<think>Turn {{ turn }} thinks again.</think>Done."]
 

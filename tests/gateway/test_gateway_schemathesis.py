@@ -24,6 +24,8 @@ _SCRIPT.write_text(json.dumps(["Checking.\n<tool_call>\n{\"name\": \"get_weather
                                "{\"city\": \"Paris\"}}\n</tool_call>", "Done: {{ user }}"]))
 GATEWAY_CONFIG = dict(replay_rate=5000, replay_script=str(_SCRIPT), max_messages=16, max_tools=8,
                       max_tokens_limit=256)
+MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                "/v1/responses/input_tokens")
 EXAMPLES = int(os.environ.get("TURNSTREAM_SCHEMATHESIS_EXAMPLES", "15"))
 
 
@@ -44,7 +46,7 @@ def _ended_response(url: str) -> str:
 
 def _aim(case, sid: str, response_id: str) -> None:
     """Point a generated request at something that exists."""
-    if isinstance(case.body, dict) and case.operation.path in ("/v1/chat/completions", "/v1/responses"):
+    if isinstance(case.body, dict) and case.operation.path in MODEL_ROUTES:
         case.body["model"] = MODEL
     if "model_id" in (case.path_parameters or {}):
         case.path_parameters["model_id"] = MODEL

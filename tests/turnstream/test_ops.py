@@ -4,14 +4,16 @@ workers opening MCP servers (the parser and the gateway read the tool catalog in
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-from turnstream.stack import spawn_kind
 from turnstream.embedded import free_port
+from turnstream.healthcheck import healthcheck
+from turnstream.stack import spawn_kind
 
 MCP_SERVER = Path(__file__).resolve().parent.parent / "tools" / "mcp_server.py"
 CLI = [sys.executable, "-m", "turnstream.cli"]
@@ -26,7 +28,8 @@ def _mcp_children() -> list[tuple[int, int]]:
 
 def test_only_tool_workers_open_mcp_servers(stack_factory, tmp_path) -> None:
     toml = tmp_path / "tools.toml"
-    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n')
+    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n'
+                    'connect_timeout_s = 180\n')  # a loaded CI machine starts python + mcp slowly
     before = _mcp_children()
     stack = stack_factory(tools_config=str(toml), parsers=2)
     tools = httpx.get(stack.url + "/v1/tools").json()["data"]
@@ -44,17 +47,31 @@ def test_readiness_status_and_a_dead_decoder(stack_factory) -> None:
     run = subprocess.run(CLI + ["status", "--redis-url", stack.cfg.redis_url], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "live: 1 gateway, 1 decode, 1 parser, 1 tools"
+    for kind in ("decode", "parser", "tools", "gateway"):  # Docker's HEALTHCHECK of each container
+        [proc] = stack.procs[kind]
+        assert healthcheck(stack.cfg, pid=proc.pid) == 0, kind
     [decoder] = stack.procs["decode"]
     stack.kill(decoder)
-    deadline = time.monotonic() + 10
-    while httpx.get(stack.url + "/readyz").status_code == 200:  # until its heartbeat lapses
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    _until(lambda: httpx.get(stack.url + "/readyz").status_code != 200)  # until its heartbeat lapses
     unready = httpx.get(stack.url + "/readyz")
     assert unready.status_code == 503 and unready.json()["error"]["code"] == "not_ready"
     assert httpx.get(stack.url + "/healthz").status_code == 200  # the process itself is fine
+    [parser] = stack.procs["parser"]
+    parser.send_signal(signal.SIGSTOP)  # hung: the process is there, its heartbeat lapses
+    try:
+        _until(lambda: healthcheck(stack.cfg, pid=parser.pid) == 1)
+    finally:
+        parser.send_signal(signal.SIGCONT)
+    _until(lambda: healthcheck(stack.cfg, pid=parser.pid) == 0)
     run = subprocess.run(CLI + ["status", "--redis-url", stack.cfg.redis_url], capture_output=True, text=True)
     assert run.returncode == 1 and "0 decode" in run.stdout
+
+
+def _until(cond, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def test_a_gateway_logs_json_lines_with_the_session_id(stack_factory) -> None:
