@@ -3,7 +3,8 @@
 Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
 ``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
-(``gateway.openai_api``, ``gateway.anthropic_api``, ``gateway.sessions``, ``gateway.streams``).
+(``gateway.openai_api``, ``gateway.responses_api``, ``gateway.anthropic_api``, ``gateway.sessions``,
+``gateway.streams``).
 Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
 ``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
 Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
@@ -33,6 +34,7 @@ from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimit
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
+from gateway.responses_api import router as responses_router
 from gateway.session_ops import SessionOps
 from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
@@ -87,6 +89,7 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
     app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(anthropic_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)

@@ -111,6 +111,11 @@ def invalid(errors: list[dict[str, Any]], body: Any) -> ApiError:
     return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
 
 
+def unsupported(param: str, what: str) -> ApiError:
+    """A 400 naming a request field whose value this server does not implement."""
+    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
+
+
 def validation_error(exc: RequestValidationError) -> ApiError:
     """The validation problem that names the client's field most precisely, as a 400."""
     errors = exc.errors()

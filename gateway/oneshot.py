@@ -16,7 +16,6 @@ Either way, a client that leaves before the session ended cancels it, which stop
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -27,6 +26,7 @@ from gateway.errors import ApiError
 from gateway.openai_format import Diverged, UpstreamError
 from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
+from gateway.sse import while_connected
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
 from schemas.events import Event
@@ -115,15 +115,11 @@ class OneshotRun:
 
     async def collect(self, request: Request) -> ApiError | None:
         """Relay the whole turn (cancelled if the client leaves); None when it completed."""
-        consume = asyncio.create_task(self._consume())
-        gone = asyncio.create_task(_disconnected(request))
+        consume = None
         try:
-            await asyncio.wait({consume, gone}, return_when=asyncio.FIRST_COMPLETED)
+            consume = await while_connected(self._consume(), request)
         finally:
-            for t in (consume, gone):
-                t.cancel()
-            await asyncio.gather(consume, gone, return_exceptions=True)
-            await self._release(consume.done() and not consume.cancelled() and consume.exception() is None)
+            await self._release(consume is not None and not consume.cancelled() and consume.exception() is None)
         if consume.cancelled():
             return failure(Dropped("client disconnected", self.sub.last_id))
         exc = consume.exception()
@@ -141,8 +137,3 @@ class OneshotRun:
         self.relay.unsubscribe(self.sub)
         if not finished and not self.translator.ended:
             await self.ops.cancel_unchecked(self.sid, 0)  # nobody is listening: stop generating
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

@@ -58,7 +58,7 @@ class ChatOptions:
     tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
 
 
-class _Text:
+class StreamedText:
     """Text streamed once across attempts: ``add`` returns only what goes beyond what was sent."""
 
     def __init__(self) -> None:
@@ -83,7 +83,7 @@ class _Call:
     out: int  # index in the returned tool_calls
     id: str
     name: str
-    args: _Text = field(default_factory=_Text)
+    args: StreamedText = field(default_factory=StreamedText)
 
 
 class ChatStream:
@@ -91,7 +91,7 @@ class ChatStream:
 
     def __init__(self, opts: ChatOptions) -> None:
         self.opts = opts
-        self.content, self.reasoning = _Text(), _Text()
+        self.content, self.reasoning = StreamedText(), StreamedText()
         self.calls: list[_Call] = []  # returned calls, in output order
         self._by_index: dict[int, _Call | None] = {}  # current attempt: parser index -> call (None: dropped)
         self._attempt = 0

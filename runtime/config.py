@@ -94,6 +94,8 @@ class Config:
     sweep_after_s: float = opt(2.0, "a completed turn not continued within this long is continued by the sweep",
                                "decode")
     client_tool_timeout_s: float = opt(300.0, "wait for a client-side tool's result", "decode")
+    response_ttl_s: int = opt(86_400, "a stored /v1/responses response (its object, input items and "
+                                      "conversation) expires this long after it ended", "gateway")
     # gateway
     host: str = opt("127.0.0.1", "gateway listen address", "gateway")
     port: int = opt(8000, "gateway listen port", "gateway")
@@ -141,7 +143,8 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "grammar_auto": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
-             "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")
+             "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms",
+             "response_ttl_s")
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

@@ -16,6 +16,7 @@ one session's keys share a slot and no script ever touches two slots.
     ts:s:{sid}:ev               stream: the public event log
     ts:s:{sid}:t:{turn}:bar     hash: the turn's fan-in barrier
     ts:s:{sid}:t:{turn}:run:{i} string: "this non-idempotent call has started" (SET NX)
+    ts:s:{sid}:resp             hash: the stored Responses-API response of session sid (owner, request, items, final)
     ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
     ts:tools:q:{pool}           arq queue (sorted set) of one tool pool, on the queue server
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
@@ -87,6 +88,11 @@ def barrier(sid: str, turn: int) -> str:
 
 def tool_run(sid: str, turn: int, index: int) -> str:
     return f"{session(sid)}:t:{turn}:run:{index}"
+
+
+def response(sid: str) -> str:
+    """A stored Responses-API response (``gateway.responses_store``); it outlives the session's own keys."""
+    return f"{session(sid)}:resp"
 
 
 def session_keys(sid: str, turns: int) -> list[str]:

@@ -5,6 +5,7 @@ computed, and a follow-up request reads the first one's KV (``cache_read_input_t
 from __future__ import annotations
 
 import anthropic
+import jsonschema
 import pytest
 from gateway_harness import MODEL, GwStack
 
@@ -42,3 +43,26 @@ def test_a_follow_up_reads_the_first_requests_kv(client: anthropic.Anthropic) ->
     # all of the first request's full KV blocks (16 tokens each) were found
     assert second.usage.cache_read_input_tokens >= first_prompt // 16 * 16 > 0
     assert first.stop_reason in ("end_turn", "tool_use", "max_tokens")
+
+
+ASKS = ["What's the weather in Paris today?", "Book a table for 2 at Chez Nous at 8pm", "whats 12 * 7",
+        "What time is it in Tokyo?"]
+
+
+@pytest.mark.parametrize("ask", ASKS)
+def test_the_grammar_holds_the_bundled_model_to_tool_choice(client: anthropic.Anthropic, ask: str) -> None:
+    """Whatever the tiny model would say, the decoder's grammar decides what can come out: no
+    tools offered, no tool_use; ``any`` and a named tool, calls of those tools with valid input."""
+    messages = [{"role": "user", "content": ask}]
+    bare = client.messages.create(model=MODEL, max_tokens=64, system=SYSTEM, messages=messages)
+    assert all(b.type == "text" for b in bare.content) and bare.stop_reason != "tool_use"
+    anyone = client.messages.create(model=MODEL, max_tokens=96, system=SYSTEM, messages=messages, tools=TOOLS,
+                                    tool_choice={"type": "any"})
+    uses = [b for b in anyone.content if b.type == "tool_use"]
+    assert uses and anyone.stop_reason == "tool_use"
+    by_name = {t["name"]: t for t in TOOLS}
+    for use in uses:
+        jsonschema.validate(use.input, by_name[use.name]["input_schema"])
+    named = client.messages.create(model=MODEL, max_tokens=96, system=SYSTEM, messages=messages, tools=TOOLS,
+                                   tool_choice={"type": "tool", "name": "calculator"})
+    assert {b.name for b in named.content if b.type == "tool_use"} == {"calculator"}

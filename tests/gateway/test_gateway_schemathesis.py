@@ -35,7 +35,8 @@ _SCRIPT.write_text(json.dumps(["Checking.{% if 'get_weather' in tools %}\n<tool_
                                "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>{% endif %}", "Done: {{ user }}"]))
 GATEWAY_CONFIG = dict(replay_rate=5000, replay_script=str(_SCRIPT), max_messages=16, max_tools=8,
                       max_tokens_limit=256)
-MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens")
+MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                "/v1/responses/input_tokens")
 EXAMPLES = int(os.environ.get("TURNSTREAM_SCHEMATHESIS_EXAMPLES", "15"))
 LOOKUP = {"type": "function", "function": {"name": "lookup_order", "parameters": {
     "type": "object", "properties": {"id": {"type": "string"}}}}}
@@ -54,7 +55,12 @@ def _ended_session(url: str) -> str:
     return sid
 
 
-def _aim(case, sid: str) -> None:
+def _ended_response(url: str) -> str:
+    with httpx.Client(base_url=url, timeout=10) as http:
+        return http.post("/v1/responses", json={"model": MODEL, "input": "hi", "replay": ["ok"]}).json()["id"]
+
+
+def _aim(case, sid: str, response_id: str) -> None:
     """Point a generated request at something that exists."""
     if isinstance(case.body, dict) and case.operation.path in MODEL_ROUTES:
         case.body["model"] = MODEL
@@ -63,6 +69,8 @@ def _aim(case, sid: str) -> None:
         case.body.pop("response_format", None)
     if "model_id" in (case.path_parameters or {}):
         case.path_parameters["model_id"] = MODEL
+    if "response_id" in (case.path_parameters or {}):
+        case.path_parameters["response_id"] = response_id
     if "sid" in (case.path_parameters or {}):
         case.path_parameters["sid"] = sid  # (its stream, resumed anywhere, ends at once: it has ended)
 
@@ -70,15 +78,15 @@ def _aim(case, sid: str) -> None:
 def test_no_operation_answers_5xx(gw: GwStack) -> None:
     baseline = gw.tracebacks()
     api = schemathesis.openapi.from_url(gw.url + "/openapi.json")
-    sid = _ended_session(gw.url)
+    sid, response_id = _ended_session(gw.url), _ended_response(gw.url)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) >= 10
+    assert len(operations) >= 16
     for op in operations:
         @given(case=op.as_strategy(), real=st.booleans())
         @settings(max_examples=EXAMPLES, **SETTINGS)
         def no_5xx(case, real: bool) -> None:
             if real:
-                _aim(case, sid)
+                _aim(case, sid, response_id)
             case.call_and_validate(checks=[not_a_server_error], timeout=30)
 
         no_5xx()
