@@ -39,6 +39,7 @@ class Config:
     tool_format: str = "hermes"
     reasoning: str = ""  # "" | "think" | "think_forced"
     replay_rate: float = 50.0  # tokens per second of the ReplayEngine
+    replay_mode: str = "per_session"  # "per_session": a timer per request | "batched": one step for all (bench)
     replay_script: str = ""  # JSON list of per-turn templates; default: the built-in demo script
     vllm_args: str = ""  # engine=vllm: JSON object of extra vLLM engine arguments, e.g. {"enforce_eager": true}
     coalesce_tokens: int = 4
@@ -92,7 +93,8 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
+_CHOICES = {"engine": {"replay", "native", "vllm"}, "replay_mode": {"per_session", "batched"},
+            "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
             "reasoning": {"", "think", "think_forced"}}
 
 

@@ -27,7 +27,8 @@ log = logging.getLogger("turnstream")
 _CONFIG_FLAGS = {
     "--redis-url": "redis_url", "--queue-url": "queue_url", "--worker-id": "worker_id", "--engine": "engine",
     "--model": "model", "--device": "device", "--tool-format": "tool_format", "--reasoning": "reasoning",
-    "--replay-rate": "replay_rate", "--pool": "pool", "--tools-config": "tools_config", "--host": "host",
+    "--replay-rate": "replay_rate", "--replay-mode": "replay_mode", "--pool": "pool", "--tools-config": "tools_config",
+    "--host": "host",
     "--port": "port", "--max-turns": "max_turns", "--dispatch": "dispatch", "--log-level": "log_level",
     "--reclaim-idle-ms": "reclaim_idle_ms", "--replay-script": "replay_script", "--vllm-args": "vllm_args",
     "--api-keys-file": "api_keys_file", "--served-model-name": "served_model_name",
@@ -66,7 +67,7 @@ def build_engine(cfg: Config) -> Any:
         from workers.decode.replay import ReplayEngine
 
         script = json.loads(open(cfg.replay_script).read()) if cfg.replay_script else None
-        return ReplayEngine(cfg.model, rate=cfg.replay_rate, script=script)
+        return ReplayEngine(cfg.model, rate=cfg.replay_rate, script=script, mode=cfg.replay_mode)
     if cfg.engine == "native":
         from workers.decode.native.engine import NativeEngine
 
