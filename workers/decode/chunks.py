@@ -16,9 +16,12 @@ class Coalescer:
     def __init__(self, n: int, ms: float) -> None:
         self.n, self.s = n, ms / 1000.0
         self.text, self.tokens, self.first, self.last_flush = "", 0, True, 0.0
+        self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
         self.finished = False  # the engine's last delta was seen
 
     def add(self, d: GenerateDelta) -> None:
+        if not self.text and not self.tokens:
+            self.since = time.time()
         self.text += d.text
         self.tokens += d.n_tokens
         self.finished = d.finished
@@ -26,8 +29,9 @@ class Coalescer:
     def due(self, now: float) -> bool:
         return self.tokens > 0 and (self.first or self.tokens >= self.n or now - self.last_flush >= self.s)
 
-    def take(self, now: float) -> tuple[str, int]:
-        out = (self.text, self.tokens)
+    def take(self, now: float) -> tuple[str, int, float]:
+        """The buffered text, its token count and when its first delta was taken; empties the buffer."""
+        out = (self.text, self.tokens, self.since)
         self.text, self.tokens, self.first, self.last_flush = "", 0, False, now
         return out
 

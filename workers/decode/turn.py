@@ -123,9 +123,9 @@ class TurnRun:
 
     async def _write_chunk(self, abort: AbortCheck, now: float) -> None:
         """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
-        text, n = self.co.take(now)
+        text, n, since = self.co.take(now)
         chunk = encode(TokenChunk(turn=self.turn, attempt=self.attempt, seq=self.seq, text=text, n_tokens=n,
-                                  t_emit=time.time()))
+                                  t_emit=since))
         self.seq += 1
         stream = keys.tokens(self.sid)
         if not abort.due(now):
