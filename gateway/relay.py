@@ -201,8 +201,7 @@ class Relay:
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
         self.wake_key = keys.gateway_wake(self.gateway_id)
-        self._wake_cursor = "0-0"
-        self._waking = False
+        self._read = bus.WakeableRead(reader, r, self.wake_key, count, block_ms)
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -233,7 +232,7 @@ class Relay:
             await asyncio.gather(self._task, return_exceptions=True)
         self.drain()
         self._watches.clear()
-        await self.r.delete(self.wake_key)
+        await self._read.close()
 
     @property
     def subscribers(self) -> int:
@@ -252,7 +251,7 @@ class Relay:
         sub = Subscription(self, sid, after, watch.cursor, stop_turn)  # type: ignore[arg-type]
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
         if new:
-            await self._wake()
+            await self._read.wake()
         return sub
 
     async def _watch(self, sid: str) -> tuple[_Watch, bool]:
@@ -285,16 +284,6 @@ class Relay:
         if not watch.subs and watch.cursor is not None:
             del self._watches[sub.session]
 
-    async def _wake(self) -> None:
-        """Make the reader re-issue its XREAD with the current streams (at most one wake in flight)."""
-        if self._waking:
-            return
-        self._waking = True
-        pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
-        pipe.expire(self.wake_key, 86_400)
-        await pipe.execute()
-
     # ------------------------------------------------------------------ the shared reader
     async def _run(self) -> None:
         while True:
@@ -310,32 +299,25 @@ class Relay:
                 await asyncio.sleep(0.5)
 
     def _streams(self) -> dict[str, str]:
-        self._waking = False  # every watch ready from here on is in this XREAD
-        streams = {self.wake_key: self._wake_cursor}
-        for sid, watch in self._watches.items():
-            if watch.cursor is not None:
-                streams[keys.events(sid)] = fmt_id(watch.cursor)
-        return streams
+        return {keys.events(sid): fmt_id(w.cursor) for sid, w in self._watches.items() if w.cursor is not None}
 
     async def _read_once(self) -> None:
-        reply = await self.reader.xread(self._streams(), count=self.count, block=self.block_ms)
-        for stream, rows in reply or []:
-            name = stream.decode() if isinstance(stream, bytes) else stream
-            if name == self.wake_key:
-                self._wake_cursor = fmt_id(parse_id(rows[-1][0]))
-            else:
-                self._dispatch(keys.sid_of(name), rows)
+        by_sid: dict[str, list[bus.Entry]] = {}
+        for entry in await self._read.read(self._streams()):  # every watch ready now is in this read
+            by_sid.setdefault(keys.sid_of(entry.stream), []).append(entry)
+        for sid, entries in by_sid.items():
+            self._dispatch(sid, entries)
 
-    def _dispatch(self, sid: str, rows: list) -> None:
+    def _dispatch(self, sid: str, entries: list[bus.Entry]) -> None:
         watch = self._watches.get(sid)
         if watch is None or watch.cursor is None:
-            return  # unwatched while the XREAD was in flight
-        for raw_id, fields in rows:
-            eid = parse_id(raw_id)
+            return  # unwatched while the read was in flight
+        for entry in entries:
+            eid = parse_id(entry.id)
             if eid <= watch.cursor:
                 continue
             watch.cursor = eid
-            frame = make_frame(fmt_id(eid), (fields or {}).get(bus.FIELD, b""))
+            frame = make_frame(entry.id, entry.data)
             if frame is not None:
                 self._fan_out(sid, watch, frame)
         if not watch.subs and self._watches.get(sid) is watch:

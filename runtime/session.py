@@ -258,17 +258,22 @@ class Sessions:
         args = [turn] + [json.dumps(m) for m in messages]
         return bool(await self._append(keys=[keys.session(sid), keys.messages(sid)], args=args))
 
+    def publish_call(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
+                     maxlen: int) -> bus.ScriptCall:
+        """The script run of ``publish_once``, for a caller that sends it in its own pipeline."""
+        args: list[Any] = [cursor, maxlen, Field.ended(turn)]
+        for seq, data in items:
+            args += [seq, data]
+        return bus.ScriptCall(self._publish, [keys.session(sid), keys.events(sid)], args)
+
     async def publish_once(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
                            maxlen: int) -> int:
         """XADD turn ``turn``'s events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the
         new mark, or -1 when the turn's ``session.ended`` is already out (nothing is published)."""
-        args: list[Any] = [cursor, maxlen, Field.ended(turn)]
-        for seq, data in items:
-            args += [seq, data]
-        script_keys = [keys.session(sid), keys.events(sid)]
+        call = self.publish_call(sid, turn, cursor, items, maxlen)
         if self.batcher is None:
-            return int(await self._publish(keys=script_keys, args=args))
-        return int(await self.batcher.call(lambda pipe: self._publish(keys=script_keys, args=args, client=pipe)))
+            return int(await self._publish(keys=call.keys, args=call.args))
+        return int(await self.batcher.call(call))
 
     async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int) -> bool:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""
