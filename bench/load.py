@@ -19,7 +19,6 @@ Everything runs on this machine: the client, every worker, the gateway and the s
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from bench import load_report
 from bench.common import DEFAULT_OUT, percentile, progress, write_results
 from bench.load_client import run_sessions
 from bench.profile import Profiler
+from runtime import aio
 from runtime.config import load_config
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.stack import start_processes, stop_all, wait_for_decoders
@@ -47,20 +47,30 @@ def total_commands(r: redis.Redis) -> int:
     return sum(v["calls"] for v in r.info("commandstats").values())
 
 
-def measure(mode: str, level: int, args: argparse.Namespace) -> dict[str, Any]:
+def parse_variants(text: str) -> dict[str, dict[str, str]]:
+    """``"a:loop=asyncio,ws_compression=deflate;b:"`` -> {"a": {...}, "b": {}}: configurations compared in one run."""
+    out: dict[str, dict[str, str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, sets = part.partition(":")
+        out[name.strip()] = dict(kv.split("=", 1) for kv in filter(None, (x.strip() for x in sets.split(","))))
+    return out or {"default": {}}
+
+
+def measure(mode: str, level: int, args: argparse.Namespace, variant: str = "default",
+            overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """One run of ``level`` sessions in ``mode`` on a fresh server and fresh processes."""
     with EmbeddedRedis() as server:
-        cfg = load_config(redis_url=server.url, port=free_port(), engine="replay", replay_rate=args.rate,
-                          replay_mode=mode, log_level="WARNING")
+        cfg = load_config(**{"log_level": "WARNING", **(overrides or {}), "redis_url": server.url, "port": free_port(),
+                             "engine": "replay", "replay_rate": args.rate, "replay_mode": mode})
         procs = dict(start_processes(cfg, ["decode", "parser", "tools", "gateway"]))
         pids = {**{k: p.pid for k, p in procs.items()}, "client": os.getpid(), "redis": server.proc.pid}
         try:
             wait_for_decoders(server.url, 1)
             r = redis.Redis.from_url(server.url)
-            profiler = Profiler.start(args.profile, f"{mode}-{level}", pids, args.profile_format)
+            profiler = Profiler.start(args.profile, f"{variant}-{mode}-{level}", pids, args.profile_format)
             cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, total_commands(r), time.monotonic()
-            tally = asyncio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
-                                             load_tokenizer(cfg.model)))
+            tally = aio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
+                                         load_tokenizer(cfg.model)), cfg.loop)
             wall = time.monotonic() - t0
             cpu = {k: round(cpu_seconds(p) - cpu0[k], 3) for k, p in pids.items()}
             cmds = total_commands(r) - cmd0
@@ -70,7 +80,7 @@ def measure(mode: str, level: int, args: argparse.Namespace) -> dict[str, Any]:
                 progress("  top commands: " + ", ".join(f"{k[8:]}={v['calls']}" for k, v in top))
         finally:
             stop_all(list(procs.values()))
-    row = {"mode": mode, "sessions": level, "rate": args.rate, "p50_ms": percentile(tally.lat_ms, 50),
+    row = {"variant": variant, "mode": mode, "sessions": level, "rate": args.rate, "p50_ms": percentile(tally.lat_ms, 50),
            "p99_ms": percentile(tally.lat_ms, 99), "max_ms": max(tally.lat_ms, default=float("nan")),
            "samples": len(tally.lat_ms), "lost": level - tally.sessions_ok, "problems": tally.problems[:20],
            "tokens": tally.tokens, "events": tally.events, "cmds_per_token": round(cmds / max(1, tally.tokens), 2),
@@ -91,11 +101,22 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile", nargs="?", const=str(DEFAULT_OUT / "flame"), default=None, metavar="DIR",
                     help="py-spy flame graphs of the decoder, parser and gateway of every run (default dir: %(const)s)")
     ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
+    ap.add_argument("--variants", default="", metavar="NAME:KEY=VALUE,...;...",
+                    help="configurations to compare side by side, each level run once per variant, interleaved")
     args = ap.parse_args(argv)
+    args.variants = parse_variants(args.variants)
     args.modes = [m for m in args.modes.split(",") if m]
     if unknown := set(args.modes) - set(MODES):
         ap.error(f"unknown modes {sorted(unknown)}; expected {', '.join(MODES)}")
     return args
+
+
+def _report(row: dict[str, Any]) -> dict[str, Any]:
+    progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
+             f"{row['cmds_per_token']:.2f} cmds/token  µs/token {row['us_per_token']}")
+    for problem in row["problems"][:5]:
+        progress(f"  PROBLEM {problem}")
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,15 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for level in [int(x) for x in args.sessions.split(",")]:
         for mode in args.modes:
-            progress(f"load: {mode}, {level} sessions × {args.rate:g} tokens/s × 2 turns of {args.tokens} tokens")
-            row = measure(mode, level, args)
-            us = row["us_per_token"]
-            progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
-                     f"{row['cmds_per_token']:.2f} cmds/token  µs/token {us}")
-            for problem in row["problems"][:5]:
-                progress(f"  PROBLEM {problem}")
-            rows.append(row)
-    rows.sort(key=lambda r: (r["mode"], r["sessions"]))
+            for variant, overrides in args.variants.items():
+                progress(f"load: {variant} {overrides or ''} {mode}, {level} sessions × {args.rate:g} tokens/s "
+                         f"× 2 turns of {args.tokens} tokens")
+                rows.append(_report(measure(mode, level, args, variant, overrides)))
+    rows.sort(key=lambda r: (r["variant"], r["mode"], r["sessions"]))
     out = write_results("load", args.out, {"rows": rows}, load_report.tables(rows))
     load_report.plot(Path(out) / "load.png", rows, args.rate)
     ok = all(r["lost"] == 0 and not r["problems"] and r["tokens"] > 0 for r in rows)

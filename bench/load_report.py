@@ -20,16 +20,21 @@ def us_per_token(row: dict[str, Any]) -> dict[str, float]:
     return us
 
 
+def _name(r: dict[str, Any]) -> str:
+    """The row's mode, led by its variant when the run compared several."""
+    return r["mode"] if r.get("variant", "default") == "default" else f"{r['variant']} {r['mode']}"
+
+
 def tables(rows: list[dict[str, Any]]) -> str:
     """Two markdown tables: delivery and latency; CPU µs per token per stage."""
     lat = markdown_table(
         ["mode", "sessions", "tok/s each", "tokens", "p50 ms", "p99 ms", "max ms", "lost", "problems",
          "cmds/token", "pipeline µs/token", "load avg"],
-        [[r["mode"], r["sessions"], r["rate"], r["tokens"], r["p50_ms"], r["p99_ms"], r["max_ms"], r["lost"],
+        [[_name(r), r["sessions"], r["rate"], r["tokens"], r["p50_ms"], r["p99_ms"], r["max_ms"], r["lost"],
           len(r["problems"]), r["cmds_per_token"], round(r["us_per_token"]["pipeline"]), r["loadavg"]] for r in rows])
     stages = (*PIPELINE, "pipeline", *OTHERS)
     cpu = markdown_table(["mode", "sessions", *[f"{k} µs/tok" for k in stages]],
-                         [[r["mode"], r["sessions"], *[round(r["us_per_token"][k]) for k in stages]] for r in rows])
+                         [[_name(r), r["sessions"], *[round(r["us_per_token"][k]) for k in stages]] for r in rows])
     return lat + "\n\n" + cpu
 
 
@@ -41,17 +46,17 @@ def plot(path: Path, rows: list[dict[str, Any]], rate: float) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
-    for mode in dict.fromkeys(r["mode"] for r in rows):
-        mine = [r for r in rows if r["mode"] == mode]
+    for name in dict.fromkeys(_name(r) for r in rows):
+        mine = [r for r in rows if _name(r) == name]
         xs = [r["sessions"] for r in mine]
         for q, marker in (("p50", "o"), ("p99", "s")):
-            left.plot(xs, [r[f"{q}_ms"] for r in mine], MODE_STYLE.get(mode, "-"), marker=marker,
-                      label=f"{mode} {q}")
+            left.plot(xs, [r[f"{q}_ms"] for r in mine], MODE_STYLE.get(mine[0]["mode"], "-"), marker=marker,
+                      label=f"{name} {q}")
     left.set(title=f"added latency, token taken → client received ({rate:g} tok/s per session)",
              xlabel="concurrent sessions", ylabel="ms", yscale="log")
     left.grid(True, alpha=0.3)
     left.legend(fontsize=8)
-    labels = [f"{r['mode']}\nS={r['sessions']}" for r in rows]
+    labels = [f"{_name(r)}\nS={r['sessions']}" for r in rows]
     bottom = [0.0] * len(rows)
     for stage in PIPELINE:
         vals = [r["us_per_token"][stage] for r in rows]

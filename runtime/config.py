@@ -78,7 +78,9 @@ class Config:
     rate_limit_rps: float = 10.0  # per API key (token bucket in Redis); <= 0 disables
     rate_limit_burst: int = 40
     relay_queue_size: int = 1024  # events buffered per subscriber before it is dropped
+    ws_compression: str = "off"  # "deflate": accept a client's permessage-deflate (CPU for bandwidth) | "off"
     log_level: str = "INFO"
+    loop: str = "uvloop"  # every process's event loop: "uvloop" | "asyncio" (the stdlib loop)
 
     @property
     def arq_url(self) -> str:
@@ -95,7 +97,8 @@ class Config:
 
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "replay_mode": {"per_session", "batched"},
             "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
-            "reasoning": {"", "think", "think_forced"}}
+            "reasoning": {"", "think", "think_forced"}, "loop": {"uvloop", "asyncio"},
+            "ws_compression": {"off", "deflate"}}
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

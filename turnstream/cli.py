@@ -20,6 +20,7 @@ import signal
 import sys
 from typing import Any
 
+from runtime import aio
 from runtime.config import Config, ConfigError, load_config
 
 log = logging.getLogger("turnstream")
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _setup_logging(cfg.log_level)
     if args.cmd == "worker":
-        asyncio.run(_worker(args.kind, cfg))
+        aio.run(_worker(args.kind, cfg), cfg.loop)
         return 0
     if args.cmd == "gateway":
         _gateway(cfg)
