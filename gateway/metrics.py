@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from redis.exceptions import ResponseError
 
+from gateway.frames import Frame
 from schemas import keys
 from schemas.events import (ContentDelta, Event, ReasoningDelta, ToolCallBegin, ToolCallReady, ToolStarted,
                             TurnEnded, TurnStarted)
@@ -35,6 +36,8 @@ from schemas.events import (ContentDelta, Event, ReasoningDelta, ToolCallBegin, 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _TRACKED = 10_000  # bounded memory for per-session timing state
+_FIRST_OUTPUT = {c.__struct_config__.tag for c in (ContentDelta, ReasoningDelta, ToolCallBegin)}  # stops TTFT
+_READ = {c.__struct_config__.tag for c in (TurnStarted, TurnEnded, ToolCallReady, ToolStarted)}  # decoded
 
 
 class _Bounded(OrderedDict):
@@ -87,14 +90,18 @@ class Metrics:
         """A session's first turn was requested now (the TTFT clock starts)."""
         self._requests.put(sid, time.time())
 
-    def observe(self, sid: str, ev: Event) -> None:
-        """Called by the relay's shared reader once per event."""
-        body = ev.body
-        if isinstance(body, (ContentDelta, ReasoningDelta, ToolCallBegin)):
+    def observe(self, sid: str, frame: Frame) -> None:
+        """Called by the relay's shared reader once per event; decodes only the kinds it reads."""
+        if frame.kind in _FIRST_OUTPUT:
             t0 = self._requests.pop(sid, None)
             if t0 is not None:
                 self.ttft.observe(max(0.0, time.time() - t0))
-        elif isinstance(body, TurnStarted):
+            return
+        if frame.kind not in _READ:
+            return
+        ev = frame.event
+        body = ev.body
+        if isinstance(body, TurnStarted):
             self._on_turn_started(sid, ev, body)
         elif isinstance(body, TurnEnded):
             self._on_turn_ended(sid, ev, body)

@@ -21,74 +21,30 @@ Contracts:
   undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
   set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
   resumes with ``after=<the last id it received>``.
+* **Bytes forwarded.**  A frame is the stored event's JSON with its id put in front
+  (``gateway.frames``); an event is decoded only where the relay must look inside it.
 * **Cluster note.**  One XREAD over many sessions' streams spans hash slots; on Redis Cluster
-  the reader would need one XREAD per node (not implemented: a single server is assumed).
+  the reader would need one XREAD per node (``bus.read_many``: not implemented here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import msgspec
 import redis.asyncio as aioredis
 
-from schemas import keys
-from schemas.codec import UndecodableEntry, decode_event, to_builtins
-from schemas.events import Event, SessionEnded
+from gateway.frames import Frame, StreamId, fmt_id, make_frame, stream_pos
 from runtime import bus
+from schemas import keys
 
 log = logging.getLogger(__name__)
 
-StreamId = tuple[int, int]
-_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
-_json = msgspec.json.Encoder()
 _IDLE = object()
 HISTORY_PAGE = 256
-
-
-class InvalidStreamId(ValueError):
-    """A client-supplied event id that is not ``<ms>-<seq>``."""
-
-
-def parse_id(text: str | bytes) -> StreamId:
-    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple."""
-    s = text.decode() if isinstance(text, bytes) else text
-    m = _ID.match(s.strip())
-    if not m:
-        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>")
-    return int(m.group(1)), int(m.group(2) or 0)
-
-
-def fmt_id(i: StreamId) -> str:
-    return f"{i[0]}-{i[1]}"
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One event as relayed: its stream id, the JSON text frame clients get, and the decoded event."""
-
-    id: str
-    data: bytes
-    event: Event
-
-    @property
-    def sid(self) -> StreamId:
-        return parse_id(self.id)
-
-
-def make_frame(entry_id: str, data: bytes) -> Frame | None:
-    """The client frame of one ``ts:s:{sid}:ev`` entry; None (logged) when undecodable."""
-    try:
-        ev = decode_event(data)
-    except UndecodableEntry as exc:
-        log.warning("relay: undecodable event %s: %s", entry_id, exc)
-        return None
-    return Frame(entry_id, _json.encode(dict(to_builtins(ev), id=entry_id)), ev)
 
 
 class Dropped(Exception):
@@ -146,9 +102,9 @@ class Subscription:
                 continue
             if frame is None:
                 raise Dropped(self.reason, self.last_id)
-            if frame.sid <= self.last:
+            if frame.pos <= self.last:
                 continue  # already yielded from the history
-            self.last = frame.sid
+            self.last = frame.pos
             yield frame
             if self._final(frame):
                 return
@@ -160,8 +116,9 @@ class Subscription:
             if not rows:
                 return
             for raw_id, fields in rows:
-                self.last = parse_id(raw_id)
-                frame = make_frame(fmt_id(self.last), fields.get(bus.FIELD, b""))
+                entry_id = raw_id.decode()
+                self.last = stream_pos(entry_id)
+                frame = make_frame(entry_id, fields.get(bus.FIELD, b""), self.last)
                 if frame is not None:
                     yield frame
 
@@ -174,7 +131,7 @@ class Subscription:
             return _IDLE
 
     def _final(self, frame: Frame) -> bool:
-        return isinstance(frame.event.body, SessionEnded) and frame.event.turn >= self.stop_turn
+        return frame.ends(self.stop_turn)
 
 
 @dataclass
@@ -195,7 +152,7 @@ class Relay:
 
     def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
                  block_ms: int = 5000, count: int = 512,
-                 on_event: Callable[[str, Event], None] | None = None) -> None:
+                 on_event: Callable[[str, Frame], None] | None = None) -> None:
         self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
         self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
         self.on_event = on_event or (lambda sid, ev: None)
@@ -269,7 +226,7 @@ class Relay:
 
     async def _begin(self, sid: str, watch: _Watch) -> None:
         try:
-            watch.cursor = parse_id(await bus.last_id(self.r, keys.events(sid)))
+            watch.cursor = stream_pos(await bus.last_id(self.r, keys.events(sid)))
         finally:
             if watch.cursor is None and self._watches.get(sid) is watch:
                 del self._watches[sid]
@@ -313,11 +270,11 @@ class Relay:
         if watch is None or watch.cursor is None:
             return  # unwatched while the read was in flight
         for entry in entries:
-            eid = parse_id(entry.id)
-            if eid <= watch.cursor:
+            pos = stream_pos(entry.id)
+            if pos <= watch.cursor:
                 continue
-            watch.cursor = eid
-            frame = make_frame(entry.id, entry.data)
+            watch.cursor = pos
+            frame = make_frame(entry.id, entry.data, pos)
             if frame is not None:
                 self._fan_out(sid, watch, frame)
         if not watch.subs and self._watches.get(sid) is watch:
@@ -325,7 +282,7 @@ class Relay:
 
     def _fan_out(self, sid: str, watch: _Watch, frame: Frame) -> None:
         self.relayed += 1
-        self.on_event(sid, frame.event)
+        self.on_event(sid, frame)
         for sub in list(watch.subs):
             if not sub.offer(frame):
                 watch.subs.discard(sub)
