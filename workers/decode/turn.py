@@ -122,21 +122,21 @@ class TurnRun:
                                          worker=self.w.me, continuation=self.continuation))
 
     async def _write_chunk(self, abort: AbortCheck, now: float) -> None:
-        """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
+        """XADD one token chunk; every ``interval_s`` also read the session status, both in the shared
+        round trip of every session's chunks (``Batcher``)."""
         text, n, since = self.co.take(now)
         chunk = encode(TokenChunk(turn=self.turn, attempt=self.attempt, seq=self.seq, text=text, n_tokens=n,
                                   t_emit=since))
         self.seq += 1
         stream = keys.tokens(self.sid)
+        written = self.w.batcher.submit(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
+                                                               maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
         if not abort.due(now):
-            await self.w.batcher.call(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
-                                                             maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
+            await written
             return
-        pipe = self.w.r.pipeline(transaction=False)
-        pipe.xadd(stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
-        pipe.hmget(keys.session(self.sid), "status", "turn")
-        _, (status, turn) = await pipe.execute()
-        await abort.apply(status, turn)
+        status = self.w.batcher.submit(lambda pipe: pipe.hmget(keys.session(self.sid), "status", "turn"))
+        await written
+        await abort.apply(*await status)
 
     async def _abandon(self, gen: Any) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
