@@ -122,8 +122,9 @@ return 1
 # XADD events whose seq is beyond what this (turn, attempt, src) already published, unless the
 # turn's session.ended is out.  ARGV: cursor field, maxlen, end field, then (seq, data) pairs.
 _PUBLISH = """
-if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return -1 end
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+local marks = redis.call('HMGET', KEYS[1], ARGV[3], ARGV[1])
+if marks[1] then return -1 end
+local cur = tonumber(marks[2] or '-1')
 local last = cur
 for i = 4, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
@@ -226,6 +227,13 @@ class Sessions:
 
     async def set_fields(self, sid: str, **values: Any) -> None:
         await self.r.hset(keys.session(sid), mapping={k: v for k, v in values.items()})
+
+    async def turns_of(self, sids: list[str]) -> list[int]:
+        """The current turn of each session, in one round trip (0 for a session that is gone)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(keys.session(sid), "turn")
+        return [int(t or 0) for t in await pipe.execute()] if sids else []
 
     async def messages(self, sid: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.r.lrange(keys.messages(sid), 0, -1)]
