@@ -19,6 +19,7 @@ Everything runs on this machine: the client, every worker, the gateway and the s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from bench.load_client import run_sessions
 from bench.profile import Profiler
 from runtime import aio
 from runtime.config import load_config
+from schemas import keys
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.stack import start_processes, stop_all, wait_for_decoders
 from workers.decode.replay import MODES, load_tokenizer
@@ -45,6 +47,11 @@ def cpu_seconds(pid: int) -> float:
 
 def total_commands(r: redis.Redis) -> int:
     return sum(v["calls"] for v in r.info("commandstats").values())
+
+
+def engine_cpu_seconds(r: redis.Redis) -> float:
+    """CPU seconds the decoders' ReplayEngines spent making tokens, from their heartbeats."""
+    return sum(json.loads(r.get(k) or "{}").get("cpu_s", 0.0) for k in r.keys(keys.decoder_heartbeat("*")))
 
 
 def parse_variants(text: str) -> dict[str, dict[str, str]]:
@@ -69,12 +76,15 @@ def measure(mode: str, level: int, args: argparse.Namespace, variant: str = "def
             r = redis.Redis.from_url(server.url)
             profiler = Profiler.start(args.profile, f"{variant}-{mode}-{level}", pids, args.profile_format)
             cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, total_commands(r), time.monotonic()
+            engine0 = engine_cpu_seconds(r)
             tally = aio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
                                          load_tokenizer(cfg.model)), cfg.loop)
             wall = time.monotonic() - t0
             cpu = {k: round(cpu_seconds(p) - cpu0[k], 3) for k, p in pids.items()}
             cmds = total_commands(r) - cmd0
             profiler.stop()
+            time.sleep(cfg.heartbeat_ms / 1000 + 0.2)  # the decoder's next heartbeat carries its engine's CPU
+            cpu["engine"] = round(engine_cpu_seconds(r) - engine0, 3)
             if args.commandstats:
                 top = sorted(r.info("commandstats").items(), key=lambda kv: -kv[1]["calls"])[:10]
                 progress("  top commands: " + ", ".join(f"{k[8:]}={v['calls']}" for k, v in top))

@@ -152,11 +152,15 @@ class SessionCheck:
             self.tally.sessions_ok += 1
 
 
+CONNECT_TIMEOUT_S = 120.0  # patient: on a saturated machine a session that cannot connect is not a pipeline loss
+
+
 async def one_session(url: str, body: dict[str, Any], expected: Expected, tally: Tally) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=CONNECT_TIMEOUT_S) as http:
         sid = (await http.post("/v1/sessions", json=body)).json()["id"]
     check = SessionCheck(sid, expected, tally)
-    async with websockets.connect(url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws", max_queue=None) as ws:
+    ws_url = url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws"
+    async with websockets.connect(ws_url, max_queue=None, open_timeout=CONNECT_TIMEOUT_S) as ws:
         subscribed = time.time()  # events emitted before this are history, not relay latency
         async for frame in ws:
             check.feed(frame, subscribed, time.time())

@@ -63,10 +63,11 @@ def test_a_repeated_a_missing_or_a_truncated_event_is_a_problem() -> None:
     assert any("session ended never" in p for p in _check(frames[:-1]).problems)
 
 
-def test_cpu_per_token_sums_the_pipeline_stages_only() -> None:
+def test_cpu_per_token_sums_the_pipeline_stages_only_and_the_decoder_without_its_engine() -> None:
     row = {"mode": "batched", "sessions": 1, "rate": 20.0, "tokens": 1000, "p50_ms": 1.0, "p99_ms": 2.0,
            "max_ms": 3.0, "lost": 0, "problems": [], "cmds_per_token": 2.0, "loadavg": 0.5,
-           "cpu_s": {"decode": 0.01, "parser": 0.02, "gateway": 0.03, "redis": 0.004, "tools": 0.5, "client": 1.0}}
+           "cpu_s": {"decode": 0.012, "engine": 0.002, "parser": 0.02, "gateway": 0.03, "redis": 0.004, "tools": 0.5,
+                     "client": 1.0}}
     row["us_per_token"] = us = us_per_token(row)
-    assert us["pipeline"] == 64.0 and us["client"] == 1000.0
-    assert "| batched | 1 | 10 | 20 | 30 | 4 | 64 | 500 | 1000 |" in tables([row])
+    assert us["decoder"] == 10.0 and us["pipeline"] == 64.0 and us["client"] == 1000.0
+    assert "| batched | 1 | 10 | 20 | 30 | 4 | 64 | 2 | 500 | 1000 |" in tables([row])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 
 from schemas import keys
 from schemas.codec import encode
@@ -111,3 +113,19 @@ async def test_a_wake_interrupts_the_blocked_read_and_is_never_lost(r, redis_url
     await shared.close()
     assert not await r.exists("s:wake")
     await reader.aclose()
+
+
+async def test_clients_pack_commands_in_c_and_every_value_round_trips(redis_url) -> None:
+    from redis.exceptions import DataError
+
+    client = bus.connect(redis_url)
+    assert client.connection_pool.connection_class.__name__ == "HiredisConnection"
+    values = [b"\x00\xffraw", "héllo ✓", 7, -3, 2**70, 1.5, 0.1]
+    for i, v in enumerate(values):
+        await client.set(f"s:v{i}", v)
+    assert [await client.get(f"s:v{i}") for i in range(len(values))] == [
+        b"\x00\xffraw", "héllo ✓".encode(), b"7", b"-3", str(2**70).encode(), b"1.5", b"0.1"]
+    assert "maxmemory" in await client.execute_command("CONFIG GET", "maxmemory")  # a two-word command
+    with pytest.raises(DataError):
+        await client.set("s:bad", None)  # type: ignore[arg-type]
+    await client.aclose()

@@ -131,6 +131,7 @@ class ReplayEngine:
         self._stepper: asyncio.Task | None = None
         self.tokens_out = 0
         self.steps = 0
+        self.cpu_s = 0.0  # CPU time spent making completions (render, tokenize, detokenize): the engine's own
 
     async def start(self) -> None:
         return None
@@ -158,9 +159,11 @@ class ReplayEngine:
         return text[len(req.params.prefill):]
 
     def _run(self, req: GenerateRequest) -> _Run:
+        t0 = time.thread_time()
         ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids[: req.params.max_tokens]
         finish = "length" if len(ids) == req.params.max_tokens else "stop"
         prompt = sum(len(str(m.get("content") or "")) for m in req.messages) // 4
+        self.cpu_s += time.thread_time() - t0
         return _Run(req.rid, ids, finish, prompt, IncrementalDetokenizer(self.tok))
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
@@ -183,7 +186,9 @@ class ReplayEngine:
                 yield run.aborted()
                 return
             await asyncio.sleep(max(0.0, t0 + run.i / self.rate - time.monotonic()))
+            c0 = time.thread_time()
             delta = run.next_delta()
+            self.cpu_s += time.thread_time() - c0
             self.tokens_out += delta.n_tokens
             yield delta
             if delta.finished:
@@ -210,6 +215,7 @@ class ReplayEngine:
 
     def step(self) -> None:
         """One engine step: one delta for every running request; finished ones leave the batch."""
+        t0 = time.thread_time()
         self.steps += 1
         for rid, run in list(self._batch.items()):
             delta = run.aborted() if rid in self._aborted else run.next_delta()
@@ -217,6 +223,7 @@ class ReplayEngine:
             run.out.put_nowait(delta)
             if delta.finished:
                 del self._batch[rid]
+        self.cpu_s += time.thread_time() - t0
 
     async def abort(self, rid: str) -> None:
         self._aborted.add(rid)
@@ -229,4 +236,4 @@ class ReplayEngine:
 
     def stats(self) -> dict[str, Any]:
         return {"engine": self.name, "running": self._running, "waiting": 0, "tokens_out": self.tokens_out,
-                "mode": self.mode, "steps": self.steps}
+                "mode": self.mode, "steps": self.steps, "cpu_s": round(self.cpu_s, 4)}
