@@ -166,44 +166,54 @@ class ReplayEngine:
         self.cpu_s += time.thread_time() - t0
         return _Run(req.rid, ids, finish, prompt, IncrementalDetokenizer(self.tok))
 
-    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+    def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        """The request's deltas, paced by ``mode`` (one async generator: no layer per token in between)."""
+        return self._timed(req) if self.mode == "per_session" else self._stepped(req)
+
+    def _begin(self, req: GenerateRequest) -> _Run:
         run = self._run(req)
         self._running += 1
-        try:
-            deltas = self._timed(run) if self.mode == "per_session" else self._stepped(run)
-            async for delta in deltas:
-                yield delta
-        finally:
-            self._running -= 1
-            self._aborted.discard(req.rid)
-            self._batch.pop(req.rid, None)
+        return run
 
-    async def _timed(self, run: _Run) -> AsyncIterator[GenerateDelta]:
+    def _done(self, run: _Run) -> None:
+        self._running -= 1
+        self._aborted.discard(run.rid)
+        self._batch.pop(run.rid, None)
+
+    async def _timed(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
         """``per_session``: this request's own timer."""
-        t0 = time.monotonic()
-        while True:
-            if run.rid in self._aborted:
-                yield run.aborted()
-                return
-            await asyncio.sleep(max(0.0, t0 + run.i / self.rate - time.monotonic()))
-            c0 = time.thread_time()
-            delta = run.next_delta()
-            self.cpu_s += time.thread_time() - c0
-            self.tokens_out += delta.n_tokens
-            yield delta
-            if delta.finished:
-                return
+        run = self._begin(req)
+        try:
+            t0 = time.monotonic()
+            while True:
+                if run.rid in self._aborted:
+                    yield run.aborted()
+                    return
+                await asyncio.sleep(max(0.0, t0 + run.i / self.rate - time.monotonic()))
+                c0 = time.thread_time()
+                delta = run.next_delta()
+                self.cpu_s += time.thread_time() - c0
+                self.tokens_out += delta.n_tokens
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            self._done(run)
 
-    async def _stepped(self, run: _Run) -> AsyncIterator[GenerateDelta]:
+    async def _stepped(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
         """``batched``: join the shared step loop and take its deltas."""
-        self._batch[run.rid] = run
-        if self._stepper is None or self._stepper.done():
-            self._stepper = asyncio.create_task(self._step_loop(), name="replay-steps")
-        while True:
-            delta = await run.out.get()
-            yield delta
-            if delta.finished:
-                return
+        run = self._begin(req)
+        try:
+            self._batch[run.rid] = run
+            if self._stepper is None or self._stepper.done():
+                self._stepper = asyncio.create_task(self._step_loop(), name="replay-steps")
+            while True:
+                delta = await run.out.get()
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            self._done(run)
 
     async def _step_loop(self) -> None:
         """Step every running request together, ``rate`` steps a second, until none is left."""

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
@@ -46,12 +45,14 @@ class TurnRun:
         self.co = Coalescer(w.cfg.coalesce_tokens, w.cfg.coalesce_ms)
         self.last: GenerateDelta | None = None
         self.started = False  # TurnStarted published (with the first delta)
+        self.prefill = ""  # the forced start of the turn: it leads the first delta
 
     async def run(self) -> None:
         messages = await self.w.sessions.messages(self.sid)
         self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
                                    continuation=self.continuation, turn=self.turn, metadata=self.info.meta)
+        self.prefill = self.req.params.prefill
         await self._announce()
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
@@ -72,12 +73,14 @@ class TurnRun:
         await pipe.execute()
 
     async def _stream(self) -> None:
-        gen = _with_prefill(self.w.engine.generate(self.req), self.req.params.prefill).__aiter__()
+        gen = self.w.engine.generate(self.req).__aiter__()
         abort = AbortCheck(self.w.engine, self.req, self.sid, self.turn)
         try:
             await self._pump(gen, abort)
         finally:
             await self._abandon(gen)
+            with contextlib.suppress(Exception):
+                await gen.aclose()
         last = self.last
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=self.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
@@ -111,6 +114,8 @@ class TurnRun:
                 nxt.cancel()
 
     def _take(self, delta: GenerateDelta) -> None:
+        if self.prefill:  # the turn's text includes the forced prefill the engine continued
+            delta, self.prefill = dataclasses.replace(delta, text=self.prefill + delta.text), ""
         self.last = delta
         self.co.add(delta)
         self.parts.append(delta.text)
@@ -144,22 +149,9 @@ class TurnRun:
             return
         with contextlib.suppress(Exception):
             await self.w.engine.abort(self.req.rid)
-        with contextlib.suppress(Exception):
-            await gen.aclose()
 
     async def _event(self, seq: int, body: Any) -> None:
         ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
                    body=body)
         await self.w.sessions.publish_once(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
                                            [(seq, encode(ev))], bus.EVENT_STREAM_MAXLEN)
-
-
-async def _with_prefill(gen: AsyncIterator[GenerateDelta], prefill: str) -> AsyncIterator[GenerateDelta]:
-    """The engine's deltas, the first one led by the forced ``prefill``: the turn's text includes it."""
-    try:
-        async for delta in gen:
-            if prefill:
-                delta, prefill = dataclasses.replace(delta, text=prefill + delta.text), ""
-            yield delta
-    finally:
-        await gen.aclose()
