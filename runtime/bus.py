@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import hiredis
 import redis.asyncio as aioredis
@@ -30,8 +30,7 @@ TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     stream: str
     id: str
     data: bytes
@@ -58,11 +57,17 @@ _CONNECTIONS = {cls: type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
 
 
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis."""
+    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis.
+    Its XREAD replies are left as the server sent them: ``read_many`` turns them into entries."""
     client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
     pool = client.connection_pool
     pool.connection_class = _CONNECTIONS.get(pool.connection_class, pool.connection_class)
+    client.set_response_callback("XREAD", _raw)
     return client
+
+
+def _raw(response: Any, **options: Any) -> Any:
+    return response
 
 
 def _s(x: bytes | str) -> str:
@@ -163,7 +168,16 @@ async def read_many(r: aioredis.Redis, streams: Mapping[str, str], count: int = 
     ``block_ms`` for the first when given.  Every multi-stream read goes through here."""
     if not streams:
         return []
-    return _entries(await r.xread(dict(streams), count=count, block=block_ms))
+    reply = await r.xread(dict(streams), count=count, block=block_ms)
+    if reply and isinstance(reply[0][1][0][1], dict):  # a client that parses XREAD replies itself
+        return _entries(reply)
+    out = []
+    for stream, rows in reply or ():
+        name = stream.decode()
+        for entry_id, fields in rows:  # fields: [name, value, ...]; ours carry one, ``d``
+            data = fields[1] if fields[0] == FIELD else dict(zip(fields[::2], fields[1::2])).get(FIELD, b"")
+            out.append(Entry(name, entry_id.decode(), data))
+    return out
 
 
 async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000, count: int = 256) -> list[Entry]:
