@@ -45,8 +45,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def total_commands(r: redis.Redis) -> int:
-    return sum(v["calls"] for v in r.info("commandstats").values())
+def commands(r: redis.Redis) -> dict[str, int]:
+    """Calls of every command so far (those run inside scripts included), by name."""
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
 
 
 def engine_cpu_seconds(r: redis.Redis) -> float:
@@ -75,25 +76,24 @@ def measure(mode: str, level: int, args: argparse.Namespace, variant: str = "def
             wait_for_decoders(server.url, 1)
             r = redis.Redis.from_url(server.url)
             profiler = Profiler.start(args.profile, f"{variant}-{mode}-{level}", pids, args.profile_format)
-            cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, total_commands(r), time.monotonic()
+            cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, commands(r), time.monotonic()
             engine0 = engine_cpu_seconds(r)
             tally = aio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
                                          load_tokenizer(cfg.model)), cfg.loop)
             wall = time.monotonic() - t0
             cpu = {k: round(cpu_seconds(p) - cpu0[k], 3) for k, p in pids.items()}
-            cmds = total_commands(r) - cmd0
+            cmds = {k: n - cmd0.get(k, 0) for k, n in commands(r).items() if n > cmd0.get(k, 0)}
             profiler.stop()
             time.sleep(cfg.heartbeat_ms / 1000 + 0.2)  # the decoder's next heartbeat carries its engine's CPU
             cpu["engine"] = round(engine_cpu_seconds(r) - engine0, 3)
-            if args.commandstats:
-                top = sorted(r.info("commandstats").items(), key=lambda kv: -kv[1]["calls"])[:10]
-                progress("  top commands: " + ", ".join(f"{k[8:]}={v['calls']}" for k, v in top))
         finally:
             stop_all(list(procs.values()))
     row = {"variant": variant, "mode": mode, "sessions": level, "rate": args.rate, "p50_ms": percentile(tally.lat_ms, 50),
            "p99_ms": percentile(tally.lat_ms, 99), "max_ms": max(tally.lat_ms, default=float("nan")),
            "samples": len(tally.lat_ms), "lost": level - tally.sessions_ok, "problems": tally.problems[:20],
-           "tokens": tally.tokens, "events": tally.events, "cmds_per_token": round(cmds / max(1, tally.tokens), 2),
+           "tokens": tally.tokens, "events": tally.events, "cmds_per_token": round(sum(cmds.values()) / max(1, tally.tokens), 2),
+           "cmds_by_name_per_token": {k: round(n / max(1, tally.tokens), 3) for k, n in
+                                      sorted(cmds.items(), key=lambda kv: -kv[1])[:12]},
            "wall_s": round(wall, 2), "cpu_s": cpu, "loadavg": round(os.getloadavg()[0], 1)}
     row["us_per_token"] = load_report.us_per_token(row)
     return row
@@ -107,7 +107,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tokens", type=int, default=100, help="tokens per turn (two turns per session)")
     ap.add_argument("--ramp", type=float, default=2.0, help="seconds over which sessions start")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--commandstats", action="store_true", help="print the most frequent Redis commands")
     ap.add_argument("--profile", nargs="?", const=str(DEFAULT_OUT / "flame"), default=None, metavar="DIR",
                     help="py-spy flame graphs of the decoder, parser and gateway of every run (default dir: %(const)s)")
     ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
@@ -124,6 +123,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def _report(row: dict[str, Any]) -> dict[str, Any]:
     progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
              f"{row['cmds_per_token']:.2f} cmds/token  µs/token {row['us_per_token']}")
+    progress(f"  commands per token: {row['cmds_by_name_per_token']}")
     for problem in row["problems"][:5]:
         progress(f"  PROBLEM {problem}")
     return row
