@@ -1,39 +1,42 @@
-"""``turnstream bench load``: S concurrent agent sessions against the ReplayEngine.
+"""``turnstream bench load``: S concurrent agent sessions against the ReplayEngine, per load mode.
 
-Each session is a two-turn agent conversation (text + one tool call, then an answer) whose
-tokens the ReplayEngine emits at ``--rate`` tokens/s.  For every content event the client
-records receive time minus the event's origin time (when the decoder emitted its tokens):
-the latency the pipeline adds.  Also printed: events lost (expected vs received content),
-Redis commands per token, and CPU seconds of each process.  Everything runs on this machine:
-the client, every worker, the gateway and the server share its cores.
+Each session is a two-turn agent conversation (``bench.load_client``) whose tokens the ReplayEngine
+emits at ``--rate`` tokens/s, in each ``--modes``:
+
+* ``batched`` (the headline): one decoder step serves every running session, one token each, as
+  a batching engine does;
+* ``per_session``: every session runs its own timer.
+
+Reported per (mode, S): added latency p50/p99/max (client receive time minus the time the decoder
+took the token from its engine), sessions lost, Redis commands per token (every command, those
+run inside Lua scripts included), and the CPU microseconds per streamed token of every process:
+the pipeline (decoder shell, parser, gateway, Redis), the tool worker, and the bench client.  The
+run fails (exit 1) unless every session delivered every event exactly once and every token.
+``--profile`` records a py-spy flame graph of the decoder, parser and gateway of each run.
+Everything runs on this machine: the client, every worker, the gateway and the server share its cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
-import httpx
 import redis
-import websockets
 
-from bench.common import markdown_table, percentile, plot, progress, write_results
+from bench import load_report
+from bench.common import DEFAULT_OUT, percentile, progress, write_results
+from bench.load_client import run_sessions
+from bench.profile import Profiler
+from runtime import aio
 from runtime.config import load_config
+from schemas import keys
 from turnstream.embedded import EmbeddedRedis, free_port
-from turnstream.stack import start_processes, stop_all
-
-WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
-
-
-def script(tokens: int) -> tuple[list[str], str]:
-    """A two-turn replay script of about ``tokens`` tokens per turn, and turn 0's content."""
-    body = " ".join(WORDS[i % len(WORDS)] for i in range(tokens // 2))
-    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
-    return [f"{body}.\n{call}", f"The answer is {{{{ results[0] }}}}. {body}."], f"{body}.\n"
+from turnstream.stack import start_processes, stop_all, wait_for_decoders
+from workers.decode.replay import MODES, load_tokenizer
 
 
 def cpu_seconds(pid: int) -> float:
@@ -42,104 +45,104 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def total_commands(r: redis.Redis) -> int:
-    return sum(v["calls"] for k, v in r.info("commandstats").items())
+def commands(r: redis.Redis) -> dict[str, int]:
+    """Calls of every command so far (those run inside scripts included), by name."""
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
 
 
-async def one_session(url: str, body: dict[str, Any], lat: list[float], stats: dict[str, int]) -> str:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        sid = (await http.post("/v1/sessions", json=body)).json()["id"]
-    content: list[str] = []
-    async with websockets.connect(url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws", max_queue=None) as ws:
-        subscribed = time.time()  # events emitted before this are history, not relay latency
-        async for frame in ws:
-            now = time.time()
-            ev = json.loads(frame)
-            kind = ev["body"]["type"]
-            if kind == "turn.ended":
-                stats["tokens"] = stats.get("tokens", 0) + ev["body"]["completion_tokens"]
-            elif kind == "content.delta":
-                if ev.get("t0", 0) >= subscribed:
-                    lat.append((now - ev["t0"]) * 1000)
-                if ev["turn"] == 0:
-                    content.append(ev["body"]["text"])
-            elif kind == "session.ended":
-                stats["ended_" + ev["body"]["reason"]] = stats.get("ended_" + ev["body"]["reason"], 0) + 1
-    return "".join(content)
+def engine_cpu_seconds(r: redis.Redis) -> float:
+    """CPU seconds the decoders' ReplayEngines spent making tokens, from their heartbeats."""
+    return sum(json.loads(r.get(k) or "{}").get("cpu_s", 0.0) for k in r.keys(keys.decoder_heartbeat("*")))
 
 
-async def run_level(url: str, sessions: int, tokens: int, ramp_s: float) -> dict[str, Any]:
-    replay, expected = script(tokens)
-    body = {"messages": [{"role": "user", "content": "go"}], "replay": replay, "max_tokens": 4 * tokens}
-    lat: list[float] = []
-    stats: dict[str, int] = {}
-
-    async def delayed(i: int) -> str:
-        await asyncio.sleep(ramp_s * i / sessions)
-        return await one_session(url, body, lat, stats)
-
-    contents = await asyncio.gather(*(delayed(i) for i in range(sessions)), return_exceptions=True)
-    failed = [c for c in contents if isinstance(c, BaseException)]
-    lost = sum(1 for c in contents if not isinstance(c, BaseException) and c != expected)
-    return {"lat": lat, "failed": len(failed), "lost": lost, "stats": stats,
-            "errors": sorted({repr(f)[:200] for f in failed})[:3]}
+def parse_variants(text: str) -> dict[str, dict[str, str]]:
+    """``"a:loop=asyncio,ws_compression=deflate;b:"`` -> {"a": {...}, "b": {}}: configurations compared in one run."""
+    out: dict[str, dict[str, str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, sets = part.partition(":")
+        out[name.strip()] = dict(kv.split("=", 1) for kv in filter(None, (x.strip() for x in sets.split(","))))
+    return out or {"default": {}}
 
 
-def measure(level: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(mode: str, level: int, args: argparse.Namespace, variant: str = "default",
+            overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run of ``level`` sessions in ``mode`` on a fresh server and fresh processes."""
     with EmbeddedRedis() as server:
-        cfg = load_config(redis_url=server.url, port=free_port(), engine="replay", replay_rate=args.rate,
-                          log_level="WARNING")
+        cfg = load_config(**{"log_level": "WARNING", **(overrides or {}), "redis_url": server.url, "port": free_port(),
+                             "engine": "replay", "replay_rate": args.rate, "replay_mode": mode})
         procs = dict(start_processes(cfg, ["decode", "parser", "tools", "gateway"]))
+        pids = {**{k: p.pid for k, p in procs.items()}, "client": os.getpid(), "redis": server.proc.pid}
         try:
-            url = f"http://{cfg.host}:{cfg.port}"
+            wait_for_decoders(server.url, 1)
             r = redis.Redis.from_url(server.url)
-            cpu0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}
-            cpu0["client"], cpu0["redis"] = cpu_seconds(os.getpid()), cpu_seconds(server.proc.pid)
-            cmd0, t0 = total_commands(r), time.monotonic()
-            res = asyncio.run(run_level(url, level, args.tokens, args.ramp))
+            profiler = Profiler.start(args.profile, f"{variant}-{mode}-{level}", pids, args.profile_format)
+            cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, commands(r), time.monotonic()
+            engine0 = engine_cpu_seconds(r)
+            tally = aio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
+                                         load_tokenizer(cfg.model)), cfg.loop)
             wall = time.monotonic() - t0
-            cmds = total_commands(r) - cmd0
-            if args.commandstats:
-                top = sorted(r.info("commandstats").items(), key=lambda kv: -kv[1]["calls"])[:8]
-                progress("  top commands: " + ", ".join(f"{k[8:]}={v['calls']}" for k, v in top))
-            cpu = {k: round(cpu_seconds(p.pid) - cpu0[k], 2) for k, p in procs.items()}
-            cpu["client"] = round(cpu_seconds(os.getpid()) - cpu0["client"], 2)
-            cpu["redis"] = round(cpu_seconds(server.proc.pid) - cpu0["redis"], 2)
+            cpu = {k: round(cpu_seconds(p) - cpu0[k], 3) for k, p in pids.items()}
+            cmds = {k: n - cmd0.get(k, 0) for k, n in commands(r).items() if n > cmd0.get(k, 0)}
+            profiler.stop()
+            time.sleep(cfg.heartbeat_ms / 1000 + 0.2)  # the decoder's next heartbeat carries its engine's CPU
+            cpu["engine"] = round(engine_cpu_seconds(r) - engine0, 3)
         finally:
             stop_all(list(procs.values()))
-    tokens = res["stats"].get("tokens", 0)
-    lat = res.pop("lat")
-    return {"sessions": level, "rate": args.rate, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-            "max_ms": max(lat, default=float("nan")), "samples": len(lat), "lost": res["lost"],
-            "failed": res["failed"], "tokens": tokens, "cmds_per_token": cmds / max(1, tokens), "wall_s": wall,
-            "cpu_s": cpu, "cpu_pct": {k: round(100 * v / wall, 1) for k, v in cpu.items()}, **res}
+    row = {"variant": variant, "mode": mode, "sessions": level, "rate": args.rate, "p50_ms": percentile(tally.lat_ms, 50),
+           "p99_ms": percentile(tally.lat_ms, 99), "max_ms": max(tally.lat_ms, default=float("nan")),
+           "samples": len(tally.lat_ms), "lost": level - tally.sessions_ok, "problems": tally.problems[:20],
+           "tokens": tally.tokens, "events": tally.events, "cmds_per_token": round(sum(cmds.values()) / max(1, tally.tokens), 2),
+           "cmds_by_name_per_token": {k: round(n / max(1, tally.tokens), 3) for k, n in
+                                      sorted(cmds.items(), key=lambda kv: -kv[1])[:12]},
+           "wall_s": round(wall, 2), "cpu_s": cpu, "loadavg": round(os.getloadavg()[0], 1)}
+    row["us_per_token"] = load_report.us_per_token(row)
+    return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="turnstream bench load", description=__doc__)
     ap.add_argument("--sessions", default="100,300,1000", help="comma-separated concurrency levels")
+    ap.add_argument("--modes", default="batched,per_session", help=f"comma-separated load modes: {', '.join(MODES)}")
     ap.add_argument("--rate", type=float, default=20.0, help="tokens/s per session")
     ap.add_argument("--tokens", type=int, default=100, help="tokens per turn (two turns per session)")
     ap.add_argument("--ramp", type=float, default=2.0, help="seconds over which sessions start")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--commandstats", action="store_true", help="print the most frequent Redis commands")
+    ap.add_argument("--profile", nargs="?", const=str(DEFAULT_OUT / "flame"), default=None, metavar="DIR",
+                    help="py-spy flame graphs of the decoder, parser and gateway of every run (default dir: %(const)s)")
+    ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
+    ap.add_argument("--variants", default="", metavar="NAME:KEY=VALUE,...;...",
+                    help="configurations to compare side by side, each level run once per variant, interleaved")
     args = ap.parse_args(argv)
+    args.variants = parse_variants(args.variants)
+    args.modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(args.modes) - set(MODES):
+        ap.error(f"unknown modes {sorted(unknown)}; expected {', '.join(MODES)}")
+    return args
+
+
+def _report(row: dict[str, Any]) -> dict[str, Any]:
+    progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
+             f"{row['cmds_per_token']:.2f} cmds/token  µs/token {row['us_per_token']}")
+    progress(f"  commands per token: {row['cmds_by_name_per_token']}")
+    for problem in row["problems"][:5]:
+        progress(f"  PROBLEM {problem}")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    progress(f"load: machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rows = []
     for level in [int(x) for x in args.sessions.split(",")]:
-        progress(f"load: {level} sessions × {args.rate:g} tokens/s × 2 turns of {args.tokens} tokens")
-        row = measure(level, args)
-        progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
-                 f"failed {row['failed']}  {row['cmds_per_token']:.2f} cmds/token  cpu% {row['cpu_pct']}")
-        rows.append(row)
-    kinds = ("gateway", "decode", "parser", "tools", "redis", "client")
-    headers = ["sessions", "tok/s each", "tokens", "p50 ms", "p99 ms", "max ms", "lost", "failed", "cmds/token"]
-    headers += [f"{k} cpu%" for k in kinds]
-    table = markdown_table(headers, [[r["sessions"], r["rate"], r["tokens"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-                                      r["lost"], r["failed"], r["cmds_per_token"]]
-                                     + [r["cpu_pct"][k] for k in kinds] for r in rows])
-    out = write_results("load", args.out, {"rows": rows}, table)
-    xs = [r["sessions"] for r in rows]
-    plot(out / "load.png", f"added latency, token produced → client received ({args.rate:g} tok/s per session)",
-         "concurrent sessions", "ms", {"p50": (xs, [r["p50_ms"] for r in rows]),
-                                       "p99": (xs, [r["p99_ms"] for r in rows])}, logy=True)
-    return 0 if all(r["lost"] == 0 and r["failed"] == 0 for r in rows) else 1
+        for mode in args.modes:
+            for variant, overrides in args.variants.items():
+                progress(f"load: {variant} {overrides or ''} {mode}, {level} sessions × {args.rate:g} tokens/s "
+                         f"× 2 turns of {args.tokens} tokens")
+                rows.append(_report(measure(mode, level, args, variant, overrides)))
+    rows.sort(key=lambda r: (r["variant"], r["mode"], r["sessions"]))
+    out = write_results("load", args.out, {"rows": rows}, load_report.tables(rows))
+    load_report.plot(Path(out) / "load.png", rows, args.rate)
+    ok = all(r["lost"] == 0 and not r["problems"] and r["tokens"] > 0 for r in rows)
+    if not ok:
+        progress("load: FAILED -- some session lost an event or a token (see the problems above)")
+    return 0 if ok else 1

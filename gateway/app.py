@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -114,7 +115,8 @@ def serve(cfg: Config) -> None:
     app = create_app(cfg)
     server = uvicorn.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), log_config=None, ws="websockets-sansio",
-        ws_max_size=cfg.max_request_bytes, timeout_graceful_shutdown=5))
+        loop=_loop(cfg), ws_max_size=cfg.max_request_bytes, ws_per_message_deflate=cfg.ws_compression == "deflate",
+        timeout_graceful_shutdown=5))
     uvicorn_exit = server.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:
@@ -125,6 +127,13 @@ def serve(cfg: Config) -> None:
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     server.run()
+
+
+def _loop(cfg: Config) -> str:
+    """uvicorn's name for the configured event loop (``runtime.aio``)."""
+    if cfg.loop == "uvloop" and importlib.util.find_spec("uvloop") is not None:
+        return "uvloop"
+    return "asyncio"
 
 
 def _add_open_routes(app: FastAPI) -> None:

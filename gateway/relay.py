@@ -24,77 +24,30 @@ Contracts:
   undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
   set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
   resumes with ``after=<the last id it received>``.
+* **Bytes forwarded.**  A frame is the stored event's JSON with its id put in front
+  (``gateway.frames``); an event is decoded only where the relay must look inside it.
 * **Cluster note.**  One XREAD over many sessions' streams spans hash slots; on Redis Cluster
-  the reader would need one XREAD per node (not implemented: a single server is assumed).
+  the reader would need one XREAD per node (``bus.read_many``: not implemented here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import msgspec
 import redis.asyncio as aioredis
 
-from schemas import keys
-from schemas.codec import UndecodableEntry, decode_event, to_builtins
-from schemas.events import Event, SessionEnded
+from gateway.frames import Frame, StreamId, fmt_id, make_frame, parse_id, stream_pos
 from runtime import bus
+from schemas import keys
 
 log = logging.getLogger(__name__)
 
-StreamId = tuple[int, int]
-_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
-_json = msgspec.json.Encoder()
 _IDLE = object()
-_MAX_PART = 2**64 - 1
 HISTORY_PAGE = 256
-
-
-class InvalidStreamId(ValueError):
-    """A client-supplied event id that is not ``<ms>-<seq>``."""
-
-
-def parse_id(text: str | bytes) -> StreamId:
-    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple; both parts
-    are 64-bit unsigned, as in Redis."""
-    s = text.decode() if isinstance(text, bytes) else text
-    m = _ID.match(s.strip())
-    sid = (int(m.group(1)), int(m.group(2) or 0)) if m else None
-    if sid is None or max(sid) > _MAX_PART:
-        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>, each below 2**64")
-    return sid
-
-
-def fmt_id(i: StreamId) -> str:
-    return f"{i[0]}-{i[1]}"
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One event as relayed: its stream id, the JSON text frame clients get, and the decoded event."""
-
-    id: str
-    data: bytes
-    event: Event
-
-    @property
-    def sid(self) -> StreamId:
-        return parse_id(self.id)
-
-
-def make_frame(entry_id: str, data: bytes) -> Frame | None:
-    """The client frame of one ``ts:s:{sid}:ev`` entry; None (logged) when undecodable."""
-    try:
-        ev = decode_event(data)
-    except UndecodableEntry as exc:
-        log.warning("relay: undecodable event %s: %s", entry_id, exc)
-        return None
-    return Frame(entry_id, _json.encode(dict(to_builtins(ev), id=entry_id)), ev)
 
 
 class Dropped(Exception):
@@ -158,11 +111,11 @@ class Subscription:
                 continue
             if frame is None:
                 raise Dropped(self.reason, self.last_id)
-            if frame.sid <= self.last:
+            if frame.pos <= self.last:
                 if self._final(frame):
                     return  # the end went by before ``after``: the client is past it
                 continue  # already yielded from the history
-            self.last = frame.sid
+            self.last = frame.pos
             yield frame
             if self._final(frame):
                 return
@@ -174,8 +127,9 @@ class Subscription:
             if not rows:
                 return
             for raw_id, fields in rows:
-                self.last = parse_id(raw_id)
-                frame = make_frame(fmt_id(self.last), fields.get(bus.FIELD, b""))
+                entry_id = raw_id.decode()
+                self.last = stream_pos(entry_id)
+                frame = make_frame(entry_id, fields.get(bus.FIELD, b""), self.last)
                 if frame is not None:
                     yield frame
 
@@ -188,7 +142,7 @@ class Subscription:
             return _IDLE
 
     def _final(self, frame: Frame) -> bool:
-        return isinstance(frame.event.body, SessionEnded) and frame.event.turn >= self.stop_turn
+        return frame.ends(self.stop_turn)
 
 
 @dataclass
@@ -209,14 +163,13 @@ class Relay:
 
     def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
                  block_ms: int = 5000, count: int = 512,
-                 on_event: Callable[[str, Event], None] | None = None) -> None:
+                 on_event: Callable[[str, Frame], None] | None = None) -> None:
         self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
         self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
         self.wake_key = keys.gateway_wake(self.gateway_id)
-        self._wake_cursor = "0-0"
-        self._waking = False
+        self._read = bus.WakeableRead(reader, r, self.wake_key, count, block_ms)
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -247,7 +200,7 @@ class Relay:
             await asyncio.gather(self._task, return_exceptions=True)
         self.drain()
         self._watches.clear()
-        await self.r.delete(self.wake_key)
+        await self._read.close()
 
     @property
     def subscribers(self) -> int:
@@ -272,7 +225,7 @@ class Relay:
                            session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
         if new:
-            await self._wake()
+            await self._read.wake()
         return sub
 
     async def _watch(self, sid: str) -> tuple[_Watch, bool]:
@@ -290,7 +243,7 @@ class Relay:
 
     async def _begin(self, sid: str, watch: _Watch) -> None:
         try:
-            watch.cursor = parse_id(await bus.last_id(self.r, keys.events(sid)))
+            watch.cursor = stream_pos(await bus.last_id(self.r, keys.events(sid)))
         finally:
             if watch.cursor is None and self._watches.get(sid) is watch:
                 del self._watches[sid]
@@ -304,16 +257,6 @@ class Relay:
         watch.subs.discard(sub)
         if not watch.subs and watch.cursor is not None:
             del self._watches[sub.session]
-
-    async def _wake(self) -> None:
-        """Make the reader re-issue its XREAD with the current streams (at most one wake in flight)."""
-        if self._waking:
-            return
-        self._waking = True
-        pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
-        pipe.expire(self.wake_key, 86_400)
-        await pipe.execute()
 
     # ------------------------------------------------------------------ the shared reader
     async def _run(self) -> None:
@@ -330,32 +273,25 @@ class Relay:
                 await asyncio.sleep(0.5)
 
     def _streams(self) -> dict[str, str]:
-        self._waking = False  # every watch ready from here on is in this XREAD
-        streams = {self.wake_key: self._wake_cursor}
-        for sid, watch in self._watches.items():
-            if watch.cursor is not None:
-                streams[keys.events(sid)] = fmt_id(watch.cursor)
-        return streams
+        return {keys.events(sid): fmt_id(w.cursor) for sid, w in self._watches.items() if w.cursor is not None}
 
     async def _read_once(self) -> None:
-        reply = await self.reader.xread(self._streams(), count=self.count, block=self.block_ms)
-        for stream, rows in reply or []:
-            name = stream.decode() if isinstance(stream, bytes) else stream
-            if name == self.wake_key:
-                self._wake_cursor = fmt_id(parse_id(rows[-1][0]))
-            else:
-                self._dispatch(keys.sid_of(name), rows)
+        by_sid: dict[str, list[bus.Entry]] = {}
+        for entry in await self._read.read(self._streams()):  # every watch ready now is in this read
+            by_sid.setdefault(keys.sid_of(entry.stream), []).append(entry)
+        for sid, entries in by_sid.items():
+            self._dispatch(sid, entries)
 
-    def _dispatch(self, sid: str, rows: list) -> None:
+    def _dispatch(self, sid: str, entries: list[bus.Entry]) -> None:
         watch = self._watches.get(sid)
         if watch is None or watch.cursor is None:
-            return  # unwatched while the XREAD was in flight
-        for raw_id, fields in rows:
-            eid = parse_id(raw_id)
-            if eid <= watch.cursor:
+            return  # unwatched while the read was in flight
+        for entry in entries:
+            pos = stream_pos(entry.id)
+            if pos <= watch.cursor:
                 continue
-            watch.cursor = eid
-            frame = make_frame(fmt_id(eid), (fields or {}).get(bus.FIELD, b""))
+            watch.cursor = pos
+            frame = make_frame(entry.id, entry.data, pos)
             if frame is not None:
                 self._fan_out(sid, watch, frame)
         if not watch.subs and self._watches.get(sid) is watch:
@@ -363,7 +299,7 @@ class Relay:
 
     def _fan_out(self, sid: str, watch: _Watch, frame: Frame) -> None:
         self.relayed += 1
-        self.on_event(sid, frame.event)
+        self.on_event(sid, frame)
         for sub in list(watch.subs):
             if not sub.offer(frame):
                 watch.subs.discard(sub)

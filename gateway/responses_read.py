@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import ApiError, not_found
-from gateway.relay import HISTORY_PAGE, fmt_id, make_frame, parse_id
+from gateway.frames import fmt_id, make_frame, parse_id
+from gateway.relay import HISTORY_PAGE
 from gateway.responses_format import ResponseStream
 from gateway.responses_store import ResponseStore, StoredResponse
 from runtime import bus

@@ -35,7 +35,8 @@ from gateway import errors, strict_json
 from gateway.auth import Principal, reject, select_subprotocol
 from gateway.bodies import ToolResultIn
 from gateway.errors import ApiError
-from gateway.relay import Dropped, InvalidStreamId, Relay, StreamId, Subscription, parse_id
+from gateway.frames import InvalidStreamId, StreamId, parse_id
+from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
 from gateway.sse import EventStreamResponse, sse_comment, sse_event
 

@@ -12,12 +12,13 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import hiredis
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import DataError, NoScriptError, ResponseError
 
 from schemas import keys
 
@@ -29,17 +30,44 @@ TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     stream: str
     id: str
     data: bytes
     deliveries: int = 1  # > 1 when reclaimed from another consumer
 
 
+class _HiredisPacking:
+    """Packs commands with hiredis (C), as redis-py's sync client does; its asyncio connection packs
+    them in Python, several times slower (a command per token per stage is packed)."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):  # a command of several words ("SCRIPT LOAD"): sent as separate words
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from None
+
+
+_CONNECTIONS = {cls: type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
+                for cls in (aioredis.Connection, aioredis.SSLConnection, aioredis.UnixDomainSocketConnection)}
+
+
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack)."""
-    return aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis.
+    Its XREAD replies are left as the server sent them: ``read_many`` turns them into entries."""
+    client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+    pool = client.connection_pool
+    pool.connection_class = _CONNECTIONS.get(pool.connection_class, pool.connection_class)
+    client.set_response_callback("XREAD", _raw)
+    return client
+
+
+def _raw(response: Any, **options: Any) -> Any:
+    return response
 
 
 def _s(x: bytes | str) -> str:
@@ -134,10 +162,70 @@ async def last_id(r: aioredis.Redis, stream: str) -> str:
     return _s(rows[0][0]) if rows else "0-0"
 
 
+async def read_many(r: aioredis.Redis, streams: Mapping[str, str], count: int = 256,
+                    block_ms: int | None = None) -> list[Entry]:
+    """Entries of many streams, each after its own id, in ONE plain XREAD (no group); waits up to
+    ``block_ms`` for the first when given.  Every multi-stream read goes through here."""
+    if not streams:
+        return []
+    reply = await r.xread(dict(streams), count=count, block=block_ms)
+    if reply and isinstance(reply[0][1][0][1], dict):  # a client that parses XREAD replies itself
+        return _entries(reply)
+    out = []
+    for stream, rows in reply or ():
+        name = stream.decode()
+        for entry_id, fields in rows:  # fields: [name, value, ...]; ours carry one, ``d``
+            data = fields[1] if fields[0] == FIELD else dict(zip(fields[::2], fields[1::2])).get(FIELD, b"")
+            out.append(Entry(name, entry_id.decode(), data))
+    return out
+
+
 async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000, count: int = 256) -> list[Entry]:
-    """Entries of one stream after ``after`` (plain XREAD, no group); waits up to ``block_ms``."""
-    reply = await r.xread({stream: after}, count=count, block=block_ms)
-    return _entries(reply)
+    """Entries of one stream after ``after``; waits up to ``block_ms``."""
+    return await read_many(r, {stream: after}, count, block_ms)
+
+
+class WakeableRead:
+    """ONE blocking ``read_many`` over a changing set of streams, which ``wake()`` interrupts.
+
+    The wake stream (``wake_key``, this reader's own) is part of every read, from an explicit
+    cursor, so a wake sent between two reads is never lost: the next read returns at once and
+    the caller re-issues it with its current streams.  At most one wake is in flight: every
+    wake sent before a read was built is served by that read.
+    """
+
+    def __init__(self, reader: aioredis.Redis, r: aioredis.Redis, wake_key: str, count: int = 512,
+                 block_ms: int = 5000) -> None:
+        self.reader, self.r, self.wake_key = reader, r, wake_key  # ``reader``: this loop's own client
+        self.count, self.block_ms = count, block_ms
+        self._cursor = "0-0"
+        self._waking = False
+
+    async def read(self, streams: Mapping[str, str]) -> list[Entry]:
+        """The entries of ``streams`` (stream -> after id) that arrived; returns early on a wake.
+        Build ``streams`` in the same step as this call (no await between): that is the hand-over."""
+        self._waking = False  # a wake from here on interrupts this read
+        got = await read_many(self.reader, {self.wake_key: self._cursor, **streams}, self.count, self.block_ms)
+        out = []
+        for entry in got:
+            if entry.stream == self.wake_key:
+                self._cursor = entry.id
+            else:
+                out.append(entry)
+        return out
+
+    async def wake(self) -> None:
+        """Make the blocked read return, so that the next one includes the current streams."""
+        if self._waking:
+            return
+        self._waking = True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
+        pipe.expire(self.wake_key, 86_400)
+        await pipe.execute()
+
+    async def close(self) -> None:
+        await self.r.delete(self.wake_key)
 
 
 async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) -> None:
@@ -148,13 +236,27 @@ async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) ->
     await pipe.execute()
 
 
+@dataclass(frozen=True)
+class ScriptCall:
+    """One run of a registered Lua script, queued by its sha: a pipeline that holds it sends no
+    SCRIPT EXISTS first (redis-py does for ``Script`` objects); ``Batcher`` loads it on NOSCRIPT."""
+
+    script: Any  # a redis-py (Async)Script, from ``register_script``
+    keys: list[Any]
+    args: list[Any]
+
+    def __call__(self, pipe: Any) -> Any:
+        return pipe.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
+
+
 class Batcher:
     """Sends the commands that many tasks issue in one pipelined round trip.
 
-    ``await call(build)``: ``build(pipe)`` queues exactly one command on a pipeline, and its
-    reply is returned (its error raised).  Commands issued while a round trip is in flight
-    leave together in the next one: under load one write serves many sessions; when idle a
-    command leaves at once, with no added delay.
+    ``await call(build)`` (or ``submit(build)``, a future): ``build(pipe)`` queues exactly one
+    command on a pipeline -- a ``ScriptCall`` runs a script -- and its reply is returned (its
+    error raised).  Commands issued while a round trip is in flight leave together in the next
+    one: under load one write serves many sessions; when idle a command leaves at once, with no
+    added delay.  A script the server does not know (restarted, flushed) is loaded and re-run.
     """
 
     def __init__(self, r: aioredis.Redis) -> None:
@@ -162,12 +264,16 @@ class Batcher:
         self._queue: list[tuple[Callable[[Any], Any], asyncio.Future]] = []
         self._task: asyncio.Task | None = None
 
-    async def call(self, build: Callable[[Any], Any]) -> Any:
+    def submit(self, build: Callable[[Any], Any]) -> asyncio.Future:
+        """Queue ``build`` for the next round trip; the future gets its reply."""
         fut = asyncio.get_running_loop().create_future()
         self._queue.append((build, fut))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
-        return await fut
+        return fut
+
+    async def call(self, build: Callable[[Any], Any]) -> Any:
+        return await self.submit(build)
 
     async def _drain(self) -> None:
         while self._queue:
@@ -184,13 +290,21 @@ class Batcher:
                 else:
                     fut.set_result(reply)
 
-    async def _round_trip(self, builds: list[Callable[[Any], Any]]) -> list[Any]:
+    async def _round_trip(self, builds: list[Callable[[Any], Any]], retry: bool = True) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
         for build in builds:
             queued = build(pipe)
-            if inspect.isawaitable(queued):  # scripts queue themselves asynchronously
+            if inspect.isawaitable(queued):  # redis-py Script objects queue themselves asynchronously
                 await queued
         replies = await pipe.execute(raise_on_error=False)
         if len(replies) != len(builds):
             raise RuntimeError(f"batcher: {len(builds)} commands queued but {len(replies)} replies")
+        unknown = [i for i, (b, rep) in enumerate(zip(builds, replies)) if isinstance(b, ScriptCall)
+                   and isinstance(rep, NoScriptError)]
+        if unknown and retry:
+            for src in {builds[i].script.script for i in unknown}:  # type: ignore[attr-defined]
+                await self.r.script_load(src)
+            again = await self._round_trip([builds[i] for i in unknown], retry=False)
+            for i, reply in zip(unknown, again, strict=True):
+                replies[i] = reply
         return replies

@@ -61,6 +61,8 @@ class Config:
     vllm_args: str = opt("", 'JSON object of extra vLLM engine arguments, e.g. {"block_size": 32}', "decode")
     replay_rate: float = opt(50.0, "tokens per second of the replay engine", "decode")
     replay_script: str = opt("", "JSON file: a list of per-turn templates for the replay engine", "decode")
+    replay_mode: str = opt("per_session", "replay engine pacing: per_session (a timer per request) | batched (one "
+                           "step for every running request, as a batching engine; bench load)", "decode")
     tool_format: str = opt("hermes", "the model's tool-call format (see `workers.parser.FORMATS`)",
                            "decode", "parser", "gateway")
     reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
@@ -116,7 +118,10 @@ class Config:
     relay_queue_size: int = opt(1024, "events buffered per subscriber before it is dropped (close 4008)",
                                 "gateway")
     # logs
+    ws_compression: str = opt("off", "deflate: accept a WebSocket client's permessage-deflate (CPU for bandwidth) "
+                              "| off", "gateway")
     log_level: str = opt("INFO", "DEBUG | INFO | WARNING | ERROR")
+    loop: str = opt("uvloop", "every process's event loop: uvloop | asyncio (the standard library's)")
     log_format: str = opt("text", "text | json (one object per line, with the session id)")
 
     @property
@@ -140,6 +145,7 @@ class Config:
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
+            "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
             "grammar_auto": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",

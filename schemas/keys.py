@@ -10,6 +10,7 @@ one session's keys share a slot and no script ever touches two slots.
     ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
     ts:decode:load              hash: decoder -> turns it is generating now (for routing)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
+    ts:parse:wake:{parser}      stream: wakes one parser's shared token reader (a turn joins or rejoins)
     ts:s:{sid}                  hash: the session record
     ts:s:{sid}:msgs             list: the conversation, one JSON message per item
     ts:s:{sid}:tok              stream: the decoder's token log (internal)
@@ -118,6 +119,11 @@ def tool_queue(pool: str) -> str:
 def tool_wake(pool: str) -> str:
     """The wake list of one tool pool: the dispatcher pushes a token per job, idle workers BLPOP it."""
     return f"{tool_queue(pool)}:wake"
+
+
+def parser_wake(parser: str) -> str:
+    """The wake-up stream of one parser process's shared token reader."""
+    return f"{PREFIX}:parse:wake:{parser}"
 
 
 def gateway_wake(gateway: str) -> str:

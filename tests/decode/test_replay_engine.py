@@ -70,3 +70,55 @@ async def test_a_script_that_breaks_the_requests_grammar_is_refused(params: dict
                                                                      why: str) -> None:
     with pytest.raises(ReplayEngineError, match="breaks the request's grammar"):
         await _text(ReplayEngine(MODEL, rate=10_000), _constrained(params, tools, script))
+
+
+def _plain(rid: str, text: str) -> GenerateRequest:
+    return GenerateRequest(rid=rid, session=rid, messages=[{"role": "user", "content": "go"}],
+                           params=SamplingParams.from_dict({"max_tokens": 500}), metadata={"replay": [text]})
+
+
+async def _deltas(engine: ReplayEngine, req: GenerateRequest, abort_after: int = 0) -> list:
+    out = []
+    async for d in engine.generate(req):
+        out.append(d)
+        if abort_after and len(out) == abort_after:
+            await engine.abort(req.rid)
+    return out
+
+
+async def test_batched_mode_steps_every_running_request_together() -> None:
+    import asyncio
+
+    engine = ReplayEngine(MODEL, rate=2_000, mode="batched")
+    texts = {"a": "one two three four five six", "b": CALL, "c": ""}
+    runs = await asyncio.gather(*(_deltas(engine, _plain(rid, t)) for rid, t in texts.items()))
+    for (rid, text), deltas in zip(texts.items(), runs, strict=True):
+        assert "".join(d.text for d in deltas) == text, rid
+        assert deltas[-1].finished and deltas[-1].finish_reason == "stop"
+        if text:  # one token per delta, counted
+            assert [d.completion_tokens for d in deltas] == list(range(1, len(deltas) + 1))
+    longest = max(sum(d.n_tokens for d in deltas) for deltas in runs)
+    assert engine.steps == longest  # one step served every request: no request had its own timer
+    assert engine.tokens_out == sum(d.n_tokens for deltas in runs for d in deltas)
+    assert engine.stats()["running"] == 0 and not engine._batch
+
+
+async def test_batched_mode_aborts_at_the_next_step() -> None:
+    engine = ReplayEngine(MODEL, rate=2_000, mode="batched")
+    deltas = await _deltas(engine, _plain("a", "one two three four five six seven eight"), abort_after=2)
+    assert len(deltas) == 3 and deltas[-1].finish_reason == "abort" and deltas[-1].finished
+    assert not engine._batch
+
+
+async def test_batched_mode_drops_a_request_whose_reader_left() -> None:
+    engine = ReplayEngine(MODEL, rate=2_000, mode="batched")
+    gen = engine.generate(_plain("a", "one two three four five six"))
+    assert (await gen.__anext__()).n_tokens == 1
+    await gen.aclose()
+    assert not engine._batch and engine.stats()["running"] == 0
+    await engine.stop()
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ReplayEngineError, match="mode"):
+        ReplayEngine(MODEL, mode="fast")

@@ -13,7 +13,8 @@ from runtime.session import Status
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import ParseTurn, TokenChunk
-from workers.parser.worker import ParserWorker, TurnParse
+from workers.parser.turn_parse import TurnParse
+from workers.parser.worker import ParserWorker
 
 
 class NoDispatch:
@@ -32,11 +33,19 @@ async def worker(r) -> ParserWorker:
 
 
 async def _parse_until_stopped(w: ParserWorker, end_it) -> None:
-    task = asyncio.create_task(TurnParse(w, ParseTurn(sid="s", turn=0, attempt=1)).run())
-    await asyncio.sleep(0.3)
-    assert not task.done()  # the turn is still going: it waits for more tokens
-    await end_it()
-    await asyncio.wait_for(task, 60)  # it stops by itself (it waited forever before)
+    w.tokens.sweep_s = 0.2
+    reader = asyncio.create_task(w.tokens.run())
+    try:
+        turn = TurnParse(w, ParseTurn(sid="s", turn=0, attempt=1))
+        assert await turn.start()
+        task = asyncio.create_task(w.tokens.parse(turn))
+        await asyncio.sleep(0.5)
+        assert not task.done() and turn.content == ["Hel"]  # the turn is still going: it waits for more tokens
+        await end_it()
+        await asyncio.wait_for(task, 60)  # it stops by itself (it waited forever before)
+        assert not w.tokens.active  # and its token log is no longer read
+    finally:
+        reader.cancel()
 
 
 async def test_a_turn_failed_by_the_decoder_stops_its_parse(r, worker) -> None:
