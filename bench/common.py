@@ -10,6 +10,48 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+VLLM_VENV = REPO / ".venv-vllm"
+
+
+def vllm_python(venv: Path = VLLM_VENV) -> tuple[Path | None, str]:
+    """The python of the vLLM venv (``make venv-vllm``), or None and why it cannot be used."""
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists() or not python.exists():
+        return None, f"no vLLM venv at {venv} (make venv-vllm builds it)"
+    return python, ""
+
+
+def vllm_env(tmp: Path) -> dict[str, str]:
+    """Offline, no usage report, a 1 GiB KV cache, caches and temp files under ``tmp``."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": str(tmp / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+            "XDG_CACHE_HOME": str(tmp / "cache"), "TMPDIR": str(tmp)}
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and all its live descendants (and their reaped children)."""
+    return sum(process_tree_cpu(root).values())
+
+
+def process_tree_cpu(root: int) -> dict[int, float]:
+    """CPU seconds (user + system, reaped children included) of ``root`` and each live descendant, by pid."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+            stats[int(entry.name)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return {pid: stats[pid][1] for pid in tree if pid in stats}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -23,6 +65,22 @@ def percentile(values: list[float], q: float) -> float:
 
 def progress(msg: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def mismatches(what: str, got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """``what: key got, expected want`` for every key where the run differs from its scenario."""
+    return [f"{what}: {k} {got.get(k)!r}, expected {v!r}" for k, v in want.items() if got.get(k) != v]
+
+
+def verdict(name: str, problems: list[str]) -> int:
+    """Exit status of a benchmark: 1, naming each problem, when it did not measure what it says it
+    measures (calls not made, events missing, tokens not computed); a figure of nothing is no figure."""
+    for p in problems[:20]:
+        print(f"turnstream bench {name}: INVALID: {p}", file=sys.stderr, flush=True)
+    if problems:
+        print(f"turnstream bench {name}: {len(problems)} problems; the scenario did not happen as stated, "
+              "so its figures are void", file=sys.stderr, flush=True)
+    return 1 if problems else 0
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -68,6 +126,19 @@ def plot(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, tup
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def save_figure(fig: Any, path: Path, axes: list[Any]) -> None:
+    """Grid and legend on each of ``axes``, then the figure to ``path`` (PNG), closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import DEFAULT_OUT, markdown_table, percentile, progress, write_results
+from bench.common import DEFAULT_OUT, markdown_table, percentile, progress, verdict, write_results
 from schemas import keys
 from schemas.codec import decode_event
 from schemas.events import ToolCallReady, ToolResult
@@ -230,11 +230,22 @@ def _report(args: argparse.Namespace, result: dict) -> int:
               f"(goal <= {GOAL_P50_MS:g} / {GOAL_P99_MS:g}: {'met' if ok else 'NOT met'}); "
               f"stock arq p50 {stock['p50']:.0f} ms, {stock['p50'] / ours['p50']:.0f}x slower. "
               f"{args.workers} worker processes per kind; {result['missing']} calls without a result.")
+    problems = check(args, result)
     out = write_results("dispatch", args.out, {"settings": vars(args), "stats": stats, "goal_met": ok,
-                                                "missing": result["missing"], "latency_ms": lat}, table)
+                                                "missing": result["missing"], "latency_ms": lat,
+                                                "problems": problems}, table)
     _plot(out / "dispatch.png", lat)
     progress(f"wrote {out}/dispatch.{{json,md,png}}")
-    return 0 if result["missing"] == 0 else 1
+    return verdict("dispatch", problems)
+
+
+def check(args: argparse.Namespace, result: dict) -> list[str]:
+    """Every call dispatched ran its tool, on each kind of worker, in each phase."""
+    want = {"single": args.calls, **({"burst": args.bursts * args.burst} if args.burst > 0 else {})}
+    got = {phase: {kind: len(ms) for kind, ms in kinds.items()} for phase, kinds in result["latency_ms"].items()}
+    problems = [f"{result['missing']} calls got no result"] if result["missing"] else []
+    return problems + [f"{phase} calls run on {kind} workers: {got.get(phase, {}).get(kind, 0)}, expected {n}"
+                       for phase, n in want.items() for kind in KINDS if got.get(phase, {}).get(kind, 0) != n]
 
 
 def main(argv: list[str] | None = None) -> int:

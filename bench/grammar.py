@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench.common import markdown_table, progress, write_results
+from bench.common import markdown_table, progress, save_figure, verdict, write_results
 from bench.grammar_cases import MODES, Case, Verdict, build_cases, judge
 from workers.decode.constraints import constraint_for
 from workers.decode.engine import GenerateRequest, SamplingParams
@@ -77,6 +77,7 @@ def tally(cases: list[Case], outputs: list[tuple[str, str]]) -> dict[str, dict[s
                       "invalid_args_rate": sum(v.invalid_args + v.malformed for v in verdicts) / max(1, calls),
                       "truncated_rate": sum(v.truncated for v in verdicts) / max(1, calls),
                       "no_call_rate": sum(v.no_call for v in verdicts) / max(1, len(picked)),
+                      "no_call_finished": sum(v.no_call and f != "length" for v, (_, (_, f)) in zip(verdicts, picked)),
                       "wrong_name_rate": sum(v.wrong_name for v in verdicts) / max(1, calls),
                       "requests_with_calls": sum(v.calls > 0 for v in verdicts) / max(1, len(picked)),
                       "cut_by_length": sum(f == "length" for _, f in (o for _, o in picked)) / max(1, len(picked))}
@@ -113,9 +114,41 @@ def main(argv: list[str] | None = None) -> int:
             for mode in MODES for label, r in ((k, results[k][mode]) for k in ("before", "after"))]
     table = markdown_table(["tool_choice", "", "requests", "calls", "unoffered tool", "invalid arguments",
                             "cut by max_tokens", "no call", "requests with a call"], rows)
-    write_results("grammar", args.out, {"cases": args.cases, "seed": args.seed, "max_tokens": args.max_tokens,
-                                        "model": str(MODEL), "results": results}, table)
-    return 0
+    problems = check(results)
+    out = write_results("grammar", args.out, {"cases": args.cases, "seed": args.seed, "max_tokens": args.max_tokens,
+                                              "model": str(MODEL), "results": results, "problems": problems}, table)
+    _plot(out / "grammar.png", results)
+    return verdict("grammar", problems)
+
+
+def check(results: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """What the figures stand on happened: every mode ran requests, and with the grammar every
+    required or named request that was not cut by max_tokens made a call (the grammar was
+    applied) and no tool-less one did."""
+    problems = [f"{label}: no {mode} request ran" for label, rows in results.items()
+                for mode, r in rows.items() if not r["requests"]]
+    after = results["after"]
+    problems += [f"after: {mode}: {int(after[mode]['no_call_finished'])} requests ended without a call (not cut "
+                 "by max_tokens): the grammar was not applied"
+                 for mode in ("required", "named") if after.get(mode, {}).get("no_call_finished", 0) > 0]
+    if after.get("no_tools", {}).get("requests_with_calls", 0) > 0:
+        problems.append("after: a request without tools made a call: the grammar was not applied")
+    return problems
+
+
+def _plot(path: Path, results: dict[str, dict[str, dict[str, float]]]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "unoffered_rate", "calls of an unoffered tool"),
+                           (axes[1], "invalid_args_rate", "calls with invalid arguments")):
+        for k, label in enumerate(("before", "after")):
+            ax.bar([i + 0.4 * k for i in range(len(MODES))], [100 * results[label][m][key] for m in MODES], 0.4,
+                   label=f"{label} the grammar")
+        ax.set(xticks=[i + 0.2 for i in range(len(MODES))], xticklabels=list(MODES), ylabel="% of calls", title=title)
+    save_figure(fig, path, list(axes))
 
 
 def _pct(x: float) -> str:

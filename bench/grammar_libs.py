@@ -14,6 +14,7 @@ The figures chose the library the engine uses (``workers/decode/constraints``); 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import time
@@ -23,7 +24,7 @@ from typing import Any, Callable
 import torch
 from tokenizers import Tokenizer
 
-from bench.common import markdown_table, progress, write_results
+from bench.common import markdown_table, plot, progress, verdict, write_results
 from workers.decode.synthetic import build_large_tokenizer
 
 TOOLS = [
@@ -174,10 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     vocabs = {"tiny-agent": Tokenizer.from_file(f"{args.model}/tokenizer.json")}
     progress(f"building a {args.large_vocab}-token byte-level BPE tokenizer")
     vocabs[f"synthetic-{args.large_vocab // 1000}k"] = build_large_tokenizer(args.large_vocab)
-    rows = [_measure(f, tok, name, args) for name, tok in vocabs.items() for f in (llguidance_lib, xgrammar_lib)]
+    libs = [llguidance_lib]
+    if importlib.util.find_spec("xgrammar") is not None:
+        libs.append(xgrammar_lib)
+    else:
+        progress("xgrammar is not installed here (pip install xgrammar): its side is skipped")
+    rows = [_measure(f, tok, name, args) for name, tok in vocabs.items() for f in libs]
     headers = ["library", "vocab", "first build ms", "compile ms"] + [f"mask µs B={b} (p95)" for b in args.batches]
     table = markdown_table(headers, [[r["lib"], r["vocab"], r["setup_and_first_compile_ms"], r["compile_ms"]]
                                      + [f"{r[f'mask_us_b{b}']:.1f} ({r[f'mask_p95_us_b{b}']:.0f})" for b in args.batches]
                                      for r in rows])
-    write_results("grammar_libs", args.out, {"rows": rows, "batches": args.batches}, table)
-    return 0
+    problems = [f"{r['lib']} on {r['vocab']}: no mask was timed at batch {b}" for r in rows for b in args.batches
+                if not r[f"mask_us_b{b}"] > 0]
+    out = write_results("grammar_libs", args.out, {"rows": rows, "batches": args.batches, "problems": problems}, table)
+    plot(out / "grammar_libs.png", "token mask per decode step", "batch size", "µs per step (mean)",
+         {f"{r['lib']}, {r['vocab']}": ([float(b) for b in args.batches], [r[f"mask_us_b{b}"] for b in args.batches])
+          for r in rows})
+    return verdict("grammar_libs", problems)

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import redis
 
-from bench.common import DEFAULT_OUT, markdown_table, percentile, plot, progress, write_results
+from bench.common import DEFAULT_OUT, markdown_table, percentile, plot, progress, verdict, write_results
 from schemas import keys
 from bench.engine import MODEL as ENGINE_MODEL
 from runtime.config import DEFAULT_MODEL_DIR, load_config
@@ -101,6 +101,7 @@ async def _conversation(client: httpx.AsyncClient, r: redis.Redis, city: str, ar
         usage = out["usage"]
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
         rows.append({"turn": turn, "prompt": usage.get("prompt_tokens", 0), "cached": cached, "ttft": out["ttft"],
+                     "completion": usage.get("completion_tokens", 0), "owner": owner is not None,
                      "same_decoder": previous is not None and owner == previous})
         previous = owner
         messages.append(out["message"])
@@ -155,6 +156,16 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             "same_decoder": sum(x["same_decoder"] for x in follow) / max(1, len(follow)), "by_turn": by_turn}
 
 
+def check(rows: dict[str, list[dict]], args: argparse.Namespace) -> list[str]:
+    """Every request of every conversation was served: prompt and completion tokens, a known decoder."""
+    want = args.rounds * args.conversations * args.turns
+    problems = [f"kv_routing={m}: {len(rs)} requests answered, expected {want}" for m, rs in rows.items()
+                if len(rs) != want]
+    return problems + [f"kv_routing={m}, turn {x['turn']}: {x['prompt']} prompt and {x['completion']} completion "
+                       f"tokens, decoder known: {x['owner']}" for m, rs in rows.items() for x in rs
+                       if not (x["prompt"] > 0 and x["completion"] > 0 and x["owner"])]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="turnstream bench routing", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("tiny", "synthetic"), default="tiny")
@@ -195,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(model {args.model}, {args.decoders} decoders, {args.conversations} conversations × {args.turns} requests, "
               f"{args.rounds} rounds, concurrency {args.concurrency})")
     name = "routing" if args.model == "tiny" else f"routing-{args.model}"
-    out = write_results(name, args.out, {"args": vars(args), "results": res}, table)
+    problems = check(rows, args)
+    out = write_results(name, args.out, {"args": vars(args), "results": res, "problems": problems}, table)
     series = {f"{m}: prompt tokens computed": ([t + 1 for t in res[m]["by_turn"]],
                                                [v["computed"] for v in res[m]["by_turn"].values()]) for m in MODES}
     plot(out / f"{name}.png", f"Follow-ups across {args.decoders} decoders ({args.model} model): prompt tokens computed",
          "request in the conversation", "tokens computed (mean)", series)
-    return 0
+    return verdict("routing", problems)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--workers", default="decode,parser,tools", help="worker kinds to start (default: %(default)s)")
         p.add_argument("--data-dir", default=None, help="embedded server data dir, append-only file kept there "
                                                         "(default: a temporary dir)")
+        p.add_argument("--ready-timeout", type=float, default=120.0,
+                       help="seconds the processes may take to come up, engine loaded (default: %(default)s; "
+                            "vLLM on a busy CPU can take minutes)")
         _add_config_flags(p, KINDS)
     g = sub.add_parser("gateway", help="the HTTP/WebSocket gateway", description="the HTTP/WebSocket gateway")
     _add_config_flags(g, ("gateway",))
@@ -190,7 +193,8 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
     if args.cmd in ("up", "demo"):
         from turnstream.stack import run_stack
 
-        return run_stack(cfg, args.workers.split(","), demo=args.cmd == "demo", data_dir=args.data_dir)
+        return run_stack(cfg, args.workers.split(","), demo=args.cmd == "demo", data_dir=args.data_dir,
+                         ready_timeout_s=args.ready_timeout)
     if args.cmd == "healthcheck":
         from turnstream.healthcheck import healthcheck
 

@@ -45,12 +45,12 @@ def spawn_kind(kind: str, cfg: Config, **popen: Any) -> subprocess.Popen:
     return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg, **popen)
 
 
-def start_processes(cfg: Config, kinds: list[str]) -> list[tuple[str, subprocess.Popen]]:
+def start_processes(cfg: Config, kinds: list[str], timeout_s: float = 120.0) -> list[tuple[str, subprocess.Popen]]:
     """One process per entry of ``kinds``, returned once every one of them is live (the gateway's
     ``/readyz`` counts their heartbeats); all stopped on failure."""
     procs = [(k, spawn_kind(k, cfg)) for k in kinds if k]
     try:
-        wait_ready(f"http://{cfg.host}:{cfg.port}", procs)
+        wait_ready(f"http://{cfg.host}:{cfg.port}", procs, timeout_s)
     except BaseException:
         stop_all([p for _, p in procs])
         raise
@@ -102,7 +102,8 @@ def stop_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
             p.wait()
 
 
-def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None) -> int:
+def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None,
+              ready_timeout_s: float = 120.0) -> int:
     server = None
     if not cfg.redis_url:
         server = EmbeddedRedis(data_dir=data_dir, appendonly=data_dir is not None).start()
@@ -115,7 +116,7 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
     interrupted = False
     try:
         print(f"turnstream: starting redis={cfg.redis_url} gateway={url} workers={','.join(kinds)}", flush=True)
-        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"])]
+        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"], ready_timeout_s)]
         print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
         if demo:
             from turnstream.chat import chat

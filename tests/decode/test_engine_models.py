@@ -137,3 +137,17 @@ def test_sharded_checkpoints_load_and_bad_ones_fail_clearly(tmp_path) -> None:
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match="lacks weights"):
         load_model(sharded, torch.device("cpu"), torch.float32, max_len=64)
+
+
+def test_rotate_with_folded_signs_is_transformers_rotate_half_exactly() -> None:
+    from transformers.models.qwen2.modeling_qwen2 import rotate_half
+
+    from workers.decode.native.bound import rotate
+    from workers.decode.native.models import Rotary
+
+    args = ModelArgs.from_dir(checkpoint("qwen2"))
+    rotary, positions = Rotary(args, 128), torch.tensor([0, 3, 17, 100])
+    half_cos, half_sin = rotary.cos[positions].unsqueeze(1), rotary.sin[positions].unsqueeze(1)
+    hf_cos, hf_sin = torch.cat((half_cos, half_cos), dim=-1), torch.cat((half_sin, half_sin), dim=-1)
+    x = torch.randn(4, args.num_heads + args.num_kv_heads, args.head_dim)
+    assert torch.equal(rotate(x, *rotary.tables(positions, torch.float32)), x * hf_cos + rotate_half(x) * hf_sin)

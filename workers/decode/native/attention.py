@@ -37,45 +37,54 @@ class PrefillChunk:
 class AttnMeta:
     slots: torch.Tensor  # [T] cache slot of every row
     num_decodes: int
-    decode_tables: torch.Tensor  # [D, max_blocks]
+    decode_blocks: torch.Tensor  # [D * max_blocks] the decodes' block tables, padded and flattened
     decode_mask: torch.Tensor  # [D, 1, 1, max_blocks * block_size] additive (0 or -inf)
     prefills: list[PrefillChunk]
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor,
+@dataclass(frozen=True, slots=True)
+class LayerKV:
+    """One layer's cache as blocks [2, num_blocks, block_size, kv_heads, d] (gathered by block) and as K
+    and V slots [num_blocks * block_size, kv_heads, d] (written by slot): views of the same memory."""
+
+    blocks: torch.Tensor
+    k_slots: torch.Tensor
+    v_slots: torch.Tensor
+
+    @classmethod
+    def of(cls, cache: torch.Tensor) -> "LayerKV":
+        slots = cache.view(2, -1, *cache.shape[-2:])
+        return cls(cache, slots[0], slots[1])
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: LayerKV,
                     meta: AttnMeta) -> torch.Tensor:
-    """Store ``k``/``v`` [T, kv_heads, d] in ``cache``, attend ``q`` [T, heads, d]; returns [T, heads, d]."""
-    store_kv(cache, k, v, meta.slots)
+    """Store ``k``/``v`` [T, kv_heads, d] in ``kv``, attend ``q`` [T, heads, d]; returns [T, heads, d]."""
+    kv.k_slots.index_copy_(0, meta.slots, k)
+    kv.v_slots.index_copy_(0, meta.slots, v)
     d = meta.num_decodes
     if not meta.prefills:
-        return _decode(q, cache, meta)
+        return _decode(q, kv.blocks, meta)
     if not d and len(meta.prefills) == 1:
-        return _prefill(q, k, v, cache, meta.prefills[0])
+        return _prefill(q, k, v, kv.blocks, meta.prefills[0])
     out = torch.empty_like(q)
     if d:
-        out[:d] = _decode(q[:d], cache, meta)
+        out[:d] = _decode(q[:d], kv.blocks, meta)
     for chunk in meta.prefills:
         rows = slice(chunk.row, chunk.row + chunk.num_tokens)
-        out[rows] = _prefill(q[rows], k[rows], v[rows], cache, chunk)
+        out[rows] = _prefill(q[rows], k[rows], v[rows], kv.blocks, chunk)
     return out
 
 
-def store_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    kv_heads, head_dim = k.shape[1:]
-    cache[0].view(-1, kv_heads, head_dim).index_copy_(0, slots, k)
-    cache[1].view(-1, kv_heads, head_dim).index_copy_(0, slots, v)
-
-
-def _gather(cache: torch.Tensor, tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block ids [..., blocks] -> keys and values [..., kv_heads, blocks * block_size, d] (one copy)."""
-    kv = cache.index_select(1, tables.flatten())  # [2, n * blocks, bs, kv_heads, d]
-    kv = kv.view(2, *tables.shape[:-1], -1, *cache.shape[-2:]).transpose(-3, -2)
-    return kv[0], kv[1]
+def _gather(cache: torch.Tensor, blocks: torch.Tensor, *lead: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block ids [n * blocks] -> keys and values [*lead, kv_heads, blocks * block_size, d] (one copy)."""
+    kv = cache.index_select(1, blocks)  # [2, n * blocks, bs, kv_heads, d]
+    return kv.view(2, *lead, -1, *cache.shape[-2:]).transpose(-3, -2).unbind(0)
 
 
 def _decode(q: torch.Tensor, cache: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
     """One query per sequence; the query heads sharing a KV head attend as one group of rows."""
-    keys, values = _gather(cache, meta.decode_tables)  # [D, kv_heads, L, d]
+    keys, values = _gather(cache, meta.decode_blocks, meta.num_decodes)  # [D, kv_heads, L, d]
     d, heads, head_dim = q.shape
     grouped = q.view(d, keys.shape[1], heads // keys.shape[1], head_dim)  # head h -> kv head h // group
     o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=meta.decode_mask)

@@ -155,9 +155,11 @@ class BlockManager:
         return self.blocks_missing(seq) <= self.num_free
 
     def append(self, seq: Sequence) -> None:
-        if not self.can_append(seq):
-            raise NoFreeBlocks(f"sequence {seq.rid} needs {self.blocks_missing(seq)} blocks")
-        seq.block_table.extend(self._take_free() for _ in range(self.blocks_missing(seq)))
+        missing = self.blocks_missing(seq)
+        if missing > self.num_free:
+            raise NoFreeBlocks(f"sequence {seq.rid} needs {missing} blocks")
+        for _ in range(missing):
+            seq.block_table.append(self._take_free())
 
     # ---- release and publication -----------------------------------------------------------
     def deallocate(self, seq: Sequence) -> None:
@@ -169,13 +171,15 @@ class BlockManager:
     def publish(self, seq: Sequence) -> None:
         """Register the hashes of ``seq``'s full, computed blocks in the prefix cache."""
         num_full = seq.num_computed_tokens // self.block_size
+        if num_full <= seq.num_published_blocks:
+            return  # nothing new (most decode steps)
         hashes = self.hashes(seq, num_full)
         for i in range(seq.num_published_blocks, num_full):
             block = self.blocks[seq.block_table[i]]
             if block.hash is None and hashes[i] not in self.hash_to_block:  # else a twin is cached
                 block.hash, block.token_ids = hashes[i], tuple(seq.block_tokens(i))
                 self.hash_to_block[hashes[i]] = block.block_id
-        seq.num_published_blocks = max(seq.num_published_blocks, num_full)
+        seq.num_published_blocks = num_full
 
     def reset_prefix_cache(self) -> int:
         """Forget every evictable block's KV; returns how many were dropped."""

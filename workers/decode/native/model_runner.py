@@ -25,8 +25,7 @@ class ModelRunner:
         self.vocab_limit = min(vocab_limit or args.vocab_size, args.vocab_size)  # padded rows have no token
         shape = (args.num_layers, 2, num_blocks, block_size, args.num_kv_heads, args.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
-        for i, layer in enumerate(model.model.layers):
-            layer.self_attn.kv_cache = self.kv_cache[i]
+        model.bind(self.kv_cache)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, guide: Guide | None = None) -> list[int]:
@@ -71,7 +70,7 @@ class ModelRunner:
 
     def _meta(self, decodes: list[Sequence], prefills: list[tuple[Sequence, int]], slots: list[int]) -> AttnMeta:
         width = max((len(s.block_table) for s in decodes), default=1)
-        tables = self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in decodes] or [[0]])
+        blocks = self._tensor([b for s in decodes for b in s.block_table + [0] * (width - len(s.block_table))])
         lengths = self._tensor([s.num_computed_tokens + 1 for s in decodes] or [0])
         chunks, row = [], len(decodes)
         for seq, n in prefills:
@@ -80,7 +79,7 @@ class ModelRunner:
             table = self._tensor(seq.block_table[:seq.blocks_needed(start + n)])
             chunks.append(PrefillChunk(row, n, start, table, mask))
             row += n
-        return AttnMeta(self._tensor(slots), len(decodes), tables[:len(decodes)],
+        return AttnMeta(self._tensor(slots), len(decodes), blocks,
                         length_mask(lengths, width * self.block_size, self.dtype)[:len(decodes)], chunks)
 
     def _tensor(self, values: list) -> torch.Tensor:

@@ -1,0 +1,198 @@
+"""Serving: the bundled model through vLLM's own OpenAI server, through ``turnstream up --engine vllm`` and
+through ``turnstream up`` on the native engine, with the same streaming client.
+
+    turnstream bench serve [--out DIR] [--concurrency 1,4,32] [--requests 2] [--rounds 2] [--max-tokens 128]
+                           [--servers vllm-server,turnstream-vllm,turnstream-native] [--vllm-args JSON]
+
+Each server is started once (``bench.servers``) and the concurrency levels run interleaved, round by
+round, so that load from other processes hits all of them alike.  A level sends ``--requests`` x
+concurrency streamed chat completions (plain-text replies, greedy, ``--max-tokens``), at most
+concurrency in flight.  Printed per server and level: time to the first content token (p50/p90),
+output tokens/s over the level, and the CPU seconds of the server's whole process tree per output
+token.  The vLLM sides need ``.venv-vllm`` (``make venv-vllm``) and are skipped, saying why, without
+it.  Every request must stream text and report its tokens (usage), else the run is void (exit 1).
+Goals: turnstream-vllm TTFT p50 <= 1.1 x vllm-server + 5 ms at every level and throughput >= 0.95 x;
+turnstream-native ahead of vllm-server on both.  Writes ``serve.json``, ``serve.md`` and ``serve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import DEFAULT_OUT, VLLM_VENV, percentile, progress, verdict, vllm_python, write_results
+from bench.servers import KINDS, Server, make_server
+from bench.serve_report import goals, plot, table
+from runtime.config import DEFAULT_MODEL_DIR
+
+SERVED = "tiny-agent"
+TOPICS = ("the weather in Paris", "a good book", "the test results", "your plan for today", "the last meeting",
+          "a trip to Oslo", "the build failure", "a dinner for two")
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="turnstream bench serve", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--concurrency", default="1,4,32", help="requests in flight, one level each")
+    ap.add_argument("--requests", type=int, default=2, help="requests per level per round, x concurrency")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds over all levels and servers")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--servers", default=",".join(KINDS), help=f"any of {', '.join(KINDS)}")
+    ap.add_argument("--vllm-args", default="{}", help="JSON engine arguments for both vLLM sides")
+    ap.add_argument("--model", default=str(DEFAULT_MODEL_DIR))
+    ap.add_argument("--vllm-venv", type=Path, default=VLLM_VENV, help="the venv of the vLLM sides")
+    ap.add_argument("--start-timeout", type=float, default=900.0, help="seconds a server may take to start")
+    args = ap.parse_args(argv)
+    args.levels = [int(x) for x in args.concurrency.split(",")]
+    args.kinds = [k for k in args.servers.split(",") if k]
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        ap.error(f"--servers: unknown {sorted(unknown)}; known: {', '.join(KINDS)}")
+    return args
+
+
+# --------------------------------------------------------------------------- one request
+async def request(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One streamed completion: time to the first content token, text length, usage, finish reason."""
+    body = {"model": SERVED, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    t0, ttft, text, usage, finish = time.perf_counter(), None, "", None, None
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            return {"error": f"HTTP {resp.status_code}", "ttft": None, "tokens": 0}
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            for choice in chunk["choices"]:
+                delta = choice["delta"].get("content") or ""
+                if delta and ttft is None:
+                    ttft = time.perf_counter() - t0
+                text += delta
+                finish = choice.get("finish_reason") or finish
+    return {"ttft": ttft, "chars": len(text), "tokens": (usage or {}).get("completion_tokens", 0),
+            "usage": usage is not None, "finish": finish, "prompt": prompt, "error": None}
+
+
+async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -> dict[str, Any]:
+    """``n`` requests, ``concurrency`` in flight; per-request results, wall seconds and CPU seconds."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> dict[str, Any]:
+        async with sem:
+            prompt = f"Request {i}: tell me about {TOPICS[i % len(TOPICS)]}."
+            try:
+                return await request(client, server.url, prompt, max_tokens)
+            except httpx.HTTPError as exc:
+                return {"error": repr(exc), "ttft": None, "tokens": 0}
+
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        cpu0, t0 = server.cpu_by_process(), time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(n)))
+        wall, cpu1 = time.perf_counter() - t0, server.cpu_by_process()
+    cpu = {k: v - cpu0.get(k, 0.0) for k, v in cpu1.items()}
+    return {"results": results, "wall_s": wall, "cpu_s": sum(cpu.values()), "cpu_by_process": cpu}
+
+
+# --------------------------------------------------------------------------- the run
+def check(name: str, level: int, results: list[dict[str, Any]]) -> list[str]:
+    """Every request streamed text, reported its tokens in usage, and finished."""
+    problems = []
+    for i, r in enumerate(results):
+        what = f"{name} at concurrency {level}, request {i}"
+        if r.get("error"):
+            problems.append(f"{what}: {r['error']}")
+        elif not (r["ttft"] is not None and r["chars"] > 0 and r["usage"] and r["tokens"] > 0 and r["finish"]):
+            got = ", ".join(f"{k} {r[k]!r}" for k in ("chars", "usage", "tokens", "finish"))
+            problems.append(f"{what}: no text, token count or finish reason ({got})")
+    return problems
+
+
+def summarise(levels: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for level, runs in levels.items():
+        results = [r for run in runs for r in run["results"]]
+        ttft = [r["ttft"] * 1e3 for r in results if r.get("ttft") is not None]
+        tokens = sum(r["tokens"] for r in results)
+        wall, cpu = sum(run["wall_s"] for run in runs), sum(run["cpu_s"] for run in runs)
+        by_process: dict[str, float] = {}
+        for run in runs:
+            for k, v in run["cpu_by_process"].items():
+                by_process[k] = by_process.get(k, 0.0) + v
+        out[level] = {"requests": len(results), "tokens": tokens, "ttft_p50_ms": percentile(ttft, 50),
+                      "ttft_p90_ms": percentile(ttft, 90), "tok_s": tokens / wall if wall else 0.0,
+                      "cpu_ms_per_token": 1e3 * cpu / tokens if tokens else float("nan"),
+                      "cpu_ms_per_token_by_process": {k: round(1e3 * v / max(tokens, 1), 3)
+                                                      for k, v in sorted(by_process.items(), key=lambda kv: -kv[1])},
+                      "lengths": sorted((r.get("prompt", ""), r["tokens"]) for r in results)}
+    return out
+
+
+def _start_all(args: argparse.Namespace, tmp: Path) -> dict[str, Server]:
+    python, why = vllm_python(args.vllm_venv)
+    kinds = [k for k in args.kinds if k == "turnstream-native" or python is not None]
+    for k in sorted(set(args.kinds) - set(kinds)):
+        print(f"turnstream bench serve: skipping {k}: {why}", flush=True)
+    servers = {k: make_server(k, args.model, SERVED, json.loads(args.vllm_args), python, tmp, args.start_timeout)
+               for k in kinds}
+    for kind, server in servers.items():  # one at a time: start-up is CPU-bound
+        progress(f"starting {kind} (log {tmp / kind}.log)")
+        server.start(tmp / f"{kind}.log")
+        try:
+            server.wait_ready(SERVED, args.start_timeout)
+        except RuntimeError:
+            print((tmp / f"{kind}.log").read_text()[-3000:], flush=True)
+            raise
+    return servers
+
+
+def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict, list[str]]:
+    runs: dict[str, dict[int, list]] = {k: {c: [] for c in args.levels} for k in servers}
+    problems: list[str] = []
+    for name, server in servers.items():  # warm-up at the top level: compiled shapes, caches, connections
+        asyncio.run(run_level(server, max(args.levels), max(args.levels), 8))
+    for rnd in range(args.rounds):
+        for level in args.levels:
+            for name, server in servers.items():
+                run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
+                problems += check(name, level, run["results"])
+                runs[name][level].append(run)
+                ttft = [r["ttft"] * 1e3 for r in run["results"] if r.get("ttft")]
+                progress(f"round {rnd + 1} c={level} {name}: TTFT p50 {percentile(ttft, 50):.1f} ms, "
+                         f"{sum(r['tokens'] for r in run['results']) / run['wall_s']:.0f} tok/s")
+    if not servers:
+        problems.append("no server could be run")
+    return {name: summarise(levels) for name, levels in runs.items()}, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    with tempfile.TemporaryDirectory(prefix="ts-bench-serve-") as tmp:
+        servers: dict[str, Server] = {}
+        try:
+            servers = _start_all(args, Path(tmp))
+            summary, problems = _measure(args, servers)
+        finally:
+            for server in servers.values():
+                server.stop()
+    met = goals(summary, args.levels)
+    data = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "summary": summary, "goals": met,
+            "problems": problems}
+    out = write_results("serve", args.out, data, table(summary, args.levels, met))
+    plot(out / "serve.png", summary, args.levels)
+    progress(f"wrote {out}/serve.{{json,md,png}}")
+    return verdict("serve", problems)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

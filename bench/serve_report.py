@@ -1,0 +1,93 @@
+"""``bench serve`` figures: the goals against vLLM's own server, the markdown table and the plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.common import markdown_table, save_figure
+
+REFERENCE = "vllm-server"
+TTFT_FACTOR, TTFT_SLACK_MS, THROUGHPUT_FACTOR = 1.1, 5.0, 0.95
+
+Summary = dict[str, dict[int, dict[str, Any]]]  # server -> concurrency -> figures
+
+
+def goals(summary: Summary, levels: list[int]) -> dict[str, Any]:
+    """Each goal against vLLM's server, met or not, with the figures it compares (empty without that server)."""
+    ref = summary.get(REFERENCE)
+    if not ref:
+        return {}
+    top = max(levels)
+    out: dict[str, Any] = {}
+    if "turnstream-vllm" in summary:
+        ours = summary["turnstream-vllm"]
+        out["turnstream-vllm"] = {
+            "ttft": {c: ours[c]["ttft_p50_ms"] <= TTFT_FACTOR * ref[c]["ttft_p50_ms"] + TTFT_SLACK_MS for c in levels},
+            "throughput": ours[top]["tok_s"] >= THROUGHPUT_FACTOR * ref[top]["tok_s"]}
+    if "turnstream-native" in summary:
+        ours = summary["turnstream-native"]
+        out["turnstream-native"] = {
+            "ttft": {c: ours[c]["ttft_p50_ms"] < ref[c]["ttft_p50_ms"] for c in levels},
+            "throughput": ours[top]["tok_s"] > ref[top]["tok_s"]}
+    for g in out.values():
+        g["met"] = all(g["ttft"].values()) and g["throughput"]
+    return out
+
+
+def same_lengths(summary: Summary, name: str, level: int) -> str:
+    """How many requests produced as many tokens as vLLM's server did for the same prompt (greedy)."""
+    ref = summary.get(REFERENCE, {}).get(level)
+    if name == REFERENCE or ref is None:
+        return ""
+    pairs = list(zip(summary[name][level]["lengths"], ref["lengths"]))
+    return f"{sum(1 for a, b in pairs if a == b)}/{len(pairs)}"
+
+
+def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
+    top = max(levels)
+    headers = ["server"] + [f"TTFT p50 / p90 ms @{c}" for c in levels]
+    headers += [f"tok/s @{top}", "CPU ms / token (tree)", f"TTFT p50 vs vLLM server @{'/'.join(map(str, levels))}",
+                f"tok/s vs vLLM server @{top}", "same token count as vLLM server"]
+    ref = summary.get(REFERENCE)
+    rows = []
+    for name, s in summary.items():
+        row = [name] + [f"{s[c]['ttft_p50_ms']:.1f} / {s[c]['ttft_p90_ms']:.1f}" for c in levels]
+        row += [round(s[top]["tok_s"]), f"{s[top]['cpu_ms_per_token']:.2f}"]
+        if ref:
+            row += [" / ".join(f"{s[c]['ttft_p50_ms'] / ref[c]['ttft_p50_ms']:.2f}x" for c in levels),
+                    f"{s[top]['tok_s'] / ref[top]['tok_s']:.2f}x", same_lengths(summary, name, top)]
+        else:
+            row += ["", "", ""]
+        rows.append(row)
+    text = markdown_table(headers, rows)
+    for name, g in met.items():
+        text += (f"\n\n{name}: TTFT goal {'met' if all(g['ttft'].values()) else 'MISSED'} "
+                 f"({', '.join(f'@{c} ' + ('ok' if ok else 'missed') for c, ok in g['ttft'].items())}), "
+                 f"throughput goal {'met' if g['throughput'] else 'MISSED'}")
+    text += f"\n\nCPU ms per output token at concurrency {top}, by process:\n"
+    for name, s in summary.items():
+        text += f"\n- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in s[top]["cpu_ms_per_token_by_process"].items()
+                                            if v >= 0.005)
+    text += (f"\n\nGoals: turnstream-vllm TTFT p50 <= {TTFT_FACTOR} x vLLM server + {TTFT_SLACK_MS:g} ms, tok/s >= "
+             f"{THROUGHPUT_FACTOR} x; turnstream-native ahead of the vLLM server on both.  CPU per token: the "
+             f"server's whole process tree at concurrency {top}.")
+    return text
+
+
+def plot(path: Path, summary: Summary, levels: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    top = max(levels)
+    for name, s in summary.items():
+        left.plot(levels, [s[c]["ttft_p50_ms"] for c in levels], marker="o", label=name)
+    left.set(xscale="log", xlabel="concurrent requests", ylabel="TTFT p50 (ms)", title="time to first token")
+    left.set_xticks(levels, [str(c) for c in levels])
+    names = list(summary)
+    right.bar(names, [summary[n][top]["tok_s"] for n in names], color=["tab:blue", "tab:orange", "tab:green"][:len(names)])
+    right.set(ylabel="output tokens/s", title=f"throughput at {top} concurrent")
+    save_figure(fig, path, [left, right])

@@ -1,0 +1,65 @@
+"""``bench serve``'s pure parts: its request check, its goals against vLLM's server, the process tree's CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from bench import serve, serve_report
+from bench.common import tree_cpu_seconds
+from bench.servers import vllm_cli_flags
+
+
+def test_serve_requests_must_stream_text_and_count_tokens() -> None:
+    ok = {"ttft": 0.01, "chars": 40, "usage": True, "tokens": 12, "finish": "length", "error": None}
+    assert serve.check("native", 4, [ok]) == []
+    problems = serve.check("native", 4, [{**ok, "tokens": 0}, {"error": "HTTP 500", "ttft": None, "tokens": 0}])
+    assert problems[0].startswith("native at concurrency 4, request 0: no text, token count or finish reason")
+    assert problems[1] == "native at concurrency 4, request 1: HTTP 500"
+
+
+def _figures(ttft: float, tok_s: float) -> dict:
+    return {"ttft_p50_ms": ttft, "ttft_p90_ms": ttft, "tok_s": tok_s, "cpu_ms_per_token": 1.0, "lengths": [],
+            "cpu_ms_per_token_by_process": {"worker decode": 0.6, "gateway": 0.4}}
+
+
+def test_serve_goals_compare_against_vllms_own_server() -> None:
+    summary = {"vllm-server": {1: _figures(30, 100), 32: _figures(200, 500)},
+               "turnstream-vllm": {1: _figures(37, 90), 32: _figures(226, 480)},
+               "turnstream-native": {1: _figures(20, 150), 32: _figures(250, 700)}}
+    met = serve_report.goals(summary, [1, 32])
+    assert met["turnstream-vllm"]["ttft"] == {1: True, 32: False} and met["turnstream-vllm"]["throughput"]
+    assert met["turnstream-native"]["ttft"] == {1: True, 32: False} and not met["turnstream-native"]["met"]
+    assert serve_report.goals({"turnstream-native": summary["turnstream-native"]}, [1, 32]) == {}
+    assert "turnstream-vllm: TTFT goal MISSED (@1 ok, @32 missed)" in serve_report.table(summary, [1, 32], met)
+
+
+def test_vllm_flags_from_engine_arguments() -> None:
+    assert vllm_cli_flags({"enforce_eager": True, "max_model_len": 2048, "trust_remote_code": False}) == [
+        "--enforce-eager", "--max-model-len", "2048"]
+
+
+def test_tree_cpu_seconds_counts_the_children() -> None:
+    burn = "import time\nwhile time.process_time() < 0.3: pass\nprint(flush=True)\ntime.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # it has used 0.3 s of CPU
+        assert tree_cpu_seconds(child.pid) >= 0.25
+        assert tree_cpu_seconds(os.getpid()) - time.process_time() >= 0.25  # the child's CPU is in our tree
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_processes_are_named_by_what_they_run() -> None:
+    from bench.servers import process_label
+
+    child = subprocess.Popen([sys.executable, "-m", "turnstream.cli", "worker", "decode", "--help"],
+                             stdout=subprocess.DEVNULL)
+    try:
+        label = process_label(child.pid)
+    finally:
+        child.wait()
+    assert label in ("worker decode", "exited")  # it may have printed its help and gone already

@@ -1,0 +1,33 @@
+"""The vLLM sides of ``bench engine`` and ``bench serve`` run at a smoke size and validate their scenario
+(``make test-vllm``: this module runs in ``.venv-vllm``).  Never a timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench.bench_harness import assert_valid, run_bench
+
+pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+
+# Eager (no torch.compile: starts in ~15 s instead of ~45 s), fp32, vLLM's CPU block size.
+EAGER = json.dumps({"enforce_eager": True, "dtype": "float32", "max_model_len": 2048, "block_size": 32})
+
+
+def test_engine_bench_runs_vllm_beside_native_and_transformers(tmp_path: Path) -> None:
+    run = run_bench("engine", tmp_path, "--contexts", "64", "--batches", "1,2", "--new-tokens", "4", "--repeats", "1",
+                    "--vllm-args", EAGER, timeout_s=1500)
+    data = assert_valid(run, "engine")
+    assert [r["batch"] for r in data["decode"]] == [1, 2] and all(r["vllm_tok_s"] > 0 for r in data["decode"])
+
+
+def test_serve_bench_runs_vllms_server_turnstream_on_vllm_and_native(tmp_path: Path) -> None:
+    run = run_bench("serve", tmp_path, "--concurrency", "1,2", "--requests", "1", "--rounds", "1", "--max-tokens", "8",
+                    "--vllm-args", EAGER, timeout_s=1500)
+    data = assert_valid(run, "serve")
+    assert set(data["summary"]) == {"vllm-server", "turnstream-vllm", "turnstream-native"}
+    assert all(s["2"]["tokens"] > 0 and s["2"]["cpu_ms_per_token"] > 0 for s in data["summary"].values())  # JSON keys
