@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from workers.decode.constraints import ConstraintError, constraint_for
-from workers.decode.constraints.guide import GrammarCompiler, allocate_bitmask, apply_masks
+from workers.decode.constraints.guide import GrammarCompiler
+from workers.decode.native.masks import allocate_bitmask, apply_masks
 from workers.decode.synthetic import build_tokenizer
 
 BROKEN = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}

@@ -110,24 +110,16 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
         ask([TIME_CALL + "\n" + WEATHER_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
 
 
-def test_only_offered_functions_come_back(client: openai.OpenAI) -> None:
+def test_a_call_of_an_unoffered_function_cannot_be_generated(client: openai.OpenAI) -> None:
+    """The decoder's grammar admits only offered tools (``grammar_auto`` on, the default): a script that
+    calls another is refused as a grammar holds a model. (With the grammar off, the parser drops
+    such calls: ``test_gateway_offered_calls.py``.)"""
     booking = '<tool_call>\n{"name": "book_restaurant", "arguments": {"name": "Chez Nous"}}\n</tool_call>'
     hello = [{"role": "user", "content": "Hello! How are you?"}]
     for tools in (None, [TOOLS[1]]):  # no tools at all; tools that do not include book_restaurant
         kw = {"tools": tools} if tools else {}
-        replay = {"replay": ["I am fine.\n" + booking + "\n" + TIME_CALL]}
-        choice = client.chat.completions.create(model=MODEL, messages=hello, extra_body=replay, **kw).choices[0]
-        names = [c.function.name for c in choice.message.tool_calls or []]
-        assert names == (["get_time"] if tools else []), names
-        assert choice.finish_reason == ("tool_calls" if tools else "stop")
-        if tools:
-            assert choice.message.content.strip() == "I am fine."
-        else:  # nothing was offered: the whole text is content
-            assert choice.message.content == replay["replay"][0]
-        chunks = list(client.chat.completions.create(model=MODEL, messages=hello, extra_body=replay, stream=True,
-                                                     **kw))
-        streamed = [tc.function.name for c in chunks for tc in c.choices[0].delta.tool_calls or [] if tc.function.name]
-        assert streamed == names and chunks[-1].choices[0].finish_reason == choice.finish_reason
+        with pytest.raises(openai.InternalServerError, match="breaks the request"):
+            client.chat.completions.create(model=MODEL, messages=hello, extra_body={"replay": ["Hi.\n" + booking]}, **kw)
 
 
 def test_invalid_requests_get_openai_errors(client: openai.OpenAI) -> None:

@@ -2,7 +2,7 @@
 
     compiler = GrammarCompiler.from_dir(model_dir, eos_ids)
     m = compiler.matcher(constraint)         # one per sequence; grammar text cached per constraint
-    fill_mask(m, bitmask, row); apply_masks(logits, bitmask, rows); m.consume_token(t)
+    m.consume_token(t)                       # masks onto logits: ``workers.decode.native.masks``
     compiler.violation(constraint, ids)      # None, or why the token ids break the grammar
 
 Why llguidance (``turnstream bench grammar_libs``, README): no dependencies, a matcher for a new
@@ -19,8 +19,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 import llguidance
-import numpy as np
-import torch
 
 from workers.decode.constraints.lark import to_lark
 from workers.decode.constraints.pieces import added_tokens
@@ -89,30 +87,3 @@ class GrammarCompiler:
         grammar = llguidance.LLMatcher.grammar_from_lark(self.lark(c))
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
         return grammar, (messages[0] if is_error else "")
-
-
-def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    """An all-allowed bitmask for ``rows`` sequences (32 tokens per int32 word)."""
-    return torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
-
-
-def fill_mask(m: llguidance.LLMatcher, bitmask: torch.Tensor, row: int) -> None:
-    """Write ``m``'s next-token mask into ``bitmask[row]`` (drops the GIL while it computes)."""
-    v = bitmask[row]
-    m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
-
-
-def apply_masks(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> None:
-    """Set to -inf the logits of tokens ``bitmask[i]`` forbids, for logits row ``rows[i]`` (in place)."""
-    if not rows:
-        return
-    vocab = logits.shape[-1]
-    bits = np.unpackbits(bitmask[:len(rows)].numpy().view(np.uint8), axis=-1, bitorder="little")[:, :vocab]
-    if logits.device.type != "cpu" or logits.dtype == torch.bfloat16:  # numpy cannot view these
-        forbid = torch.from_numpy(bits == 0).to(logits.device)
-        index = torch.tensor(rows, device=logits.device)
-        logits[index] = logits[index].masked_fill(forbid, float("-inf"))
-        return
-    values = logits.numpy()  # shares memory with the tensor
-    for i, row in enumerate(rows):
-        values[row][bits[i] == 0] = -np.inf

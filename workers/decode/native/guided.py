@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.decode.constraints.guide import allocate_bitmask, apply_masks, fill_mask
+from workers.decode.native.masks import allocate_bitmask, apply_masks, fill_mask
 from workers.decode.native.sequence import Sequence
 
 
