@@ -14,7 +14,8 @@ Anthropic's content blocks and events, exactly as the ``anthropic`` package's ty
     content_block_delta {"index", "delta": text_delta {"text"} | thinking_delta {"thinking"}
                                            | input_json_delta {"partial_json"}}
     content_block_stop  {"index"}
-    message_delta      {"delta": {"stop_reason", "stop_sequence": null}, "usage": cumulative counts}
+    message_delta      {"delta": {"stop_reason", "stop_sequence"}, "usage": cumulative counts}
+                       (stop_reason "stop_sequence" names the request's stop string that ended the turn)
     message_stop
 
 ``message_start`` goes out when the decoder admits the turn (``turn.started``: its prompt
@@ -147,7 +148,12 @@ class MessageStream:
     def stop_reason(self) -> str:
         if self.chat.finish_reason == "length":
             return "max_tokens"
-        return "tool_use" if self.chat.calls else "end_turn"
+        if self.chat.calls:
+            return "tool_use"
+        return "stop_sequence" if self.chat.stop_sequence is not None else "end_turn"
+
+    def stop_sequence(self) -> str | None:
+        return self.chat.stop_sequence if self.stop_reason() == "stop_sequence" else None
 
     def usage(self, output: bool = True) -> dict[str, Any]:
         u = self.chat.usage
@@ -159,15 +165,16 @@ class MessageStream:
         """The closing events: the open block's stop, ``message_delta``, ``message_stop``."""
         out = [] if self.started else self._start()
         out += self._close()
-        return out + [{"type": "message_delta", "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
-                       "usage": self.usage()},
+        delta = {"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence()}
+        return out + [{"type": "message_delta", "delta": delta, "usage": self.usage()},
                       {"type": "message_stop"}]
 
     def message(self) -> dict[str, Any]:
         """The non-streamed ``Message`` (the same blocks the events assemble to)."""
         content = [_final(b) for b in self.blocks]
         return {"id": self.opts.message_id, "type": "message", "role": "assistant", "model": self.opts.model,
-                "content": content, "stop_reason": self.stop_reason(), "stop_sequence": None, "usage": self.usage()}
+                "content": content, "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence(),
+                "usage": self.usage()}
 
 
 def _final(block: dict[str, Any]) -> dict[str, Any]:

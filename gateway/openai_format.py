@@ -97,6 +97,7 @@ class ChatStream:
         self._attempt = 0
         self._role_sent = False
         self.finish_reason: str | None = None
+        self.stop_sequence: str | None = None  # the request's stop string that ended the turn
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
         self.error: ErrorEvent | None = None
         self.ended = False
@@ -126,6 +127,7 @@ class ChatStream:
             case TurnEnded():
                 self.usage["completion_tokens"] = body.completion_tokens
                 self.finish_reason = body.finish_reason
+                self.stop_sequence = body.stop_sequence
             case TurnRestarted():
                 self._restart(self._attempt)
             case ErrorEvent():

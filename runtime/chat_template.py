@@ -91,7 +91,8 @@ class ChatTokenizer:
 
 
 class TextStream:
-    """Text of one completion, token by token; ``stopped`` once a stop string appeared.
+    """Text of one completion, token by token; ``stopped`` (and ``stop_sequence``, the string) once a
+    stop string appeared.
 
     The concatenation of ``push`` outputs and ``flush`` equals ``decode(ids)`` cut before the
     first stop string (``flush`` also emits trailing bytes that never formed a character).
@@ -104,6 +105,7 @@ class TextStream:
         self.decoded = ""  # everything the incremental decoder produced
         self.pending = ""  # decoded text held back: it may begin a stop string
         self.stopped = False
+        self.stop_sequence: str | None = None
 
     def push(self, token_id: int) -> str:
         """Text that is now safe to emit (empty while a character or a stop string is incomplete)."""
@@ -125,18 +127,22 @@ class TextStream:
     def _release(self, buf: str, final: bool) -> str:
         if not self.stop:
             return buf
-        cut = self._first_stop(buf)
-        if cut is not None:
+        hit = self._first_stop(buf)
+        if hit is not None:
+            cut, self.stop_sequence = hit
             self.stopped, self.pending = True, ""
             return buf[:cut]
         keep = 0 if final else self._holdback(buf)
         self.pending = buf[len(buf) - keep:]
         return buf[:len(buf) - keep]
 
-    def _first_stop(self, buf: str) -> int | None:
-        """Start of the stop string that is complete first (smallest end; the longest on a tie)."""
-        hits = [(i + len(s), i) for s in self.stop if (i := buf.find(s)) >= 0]
-        return min(hits)[1] if hits else None
+    def _first_stop(self, buf: str) -> tuple[int, str] | None:
+        """Start and text of the stop string that is complete first (smallest end; the longest on a tie)."""
+        hits = [(i + len(s), i, s) for s in self.stop if (i := buf.find(s)) >= 0]
+        if not hits:
+            return None
+        _, start, s = min(hits)
+        return start, s
 
     def _holdback(self, buf: str) -> int:
         """Length of the longest suffix of ``buf`` that is a proper prefix of a stop string."""

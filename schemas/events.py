@@ -112,6 +112,7 @@ class TurnEnded(_Tagged, tag="turn.ended"):
     finish_reason: str
     completion_tokens: int = 0
     n_calls: int = 0
+    stop_sequence: str | None = None  # the request's stop string that ended the turn, if one did
 
 
 class SessionEnded(_Tagged, tag="session.ended"):
@@ -169,6 +170,7 @@ class TokenEnd(_Tagged, tag="tok.end"):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     text: str = ""  # the whole completion, so a late parser can check what it parsed
+    stop_sequence: str | None = None  # the request's stop string that ended it (finish_reason "stop")
     v: int = SCHEMA_VERSION
 
 

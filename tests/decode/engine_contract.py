@@ -105,7 +105,8 @@ async def special_tokens_and_split_characters_come_out_whole(case: Case) -> None
 
 
 async def finish_reasons_are_stop_and_length(case: Case) -> None:
-    assert (await collect(case.engine, request()))[-1].finish_reason == "stop"
+    whole = await collect(case.engine, request())
+    assert whole[-1].finish_reason == "stop" and whole[-1].stop_sequence is None  # the end of sequence, no string
     short = await collect(case.engine, request(max_tokens=5))
     assert (short[-1].finish_reason, short[-1].completion_tokens) == ("length", 5)
 
@@ -124,11 +125,13 @@ async def stop_strings_end_the_text_before_them(case: Case) -> None:
         deltas = await collect(case.engine, request(stop=stop))
         assert deltas[-1].finish_reason == "stop"
         assert text_of(deltas) == text[:min(text.index(s) for s in stop)]
+        # the string that ended it is named (Anthropic's stop_sequence): the one completed first
+        assert deltas[-1].stop_sequence == min(stop, key=lambda s: (text.index(s) + len(s), text.index(s)))
 
 
 async def stop_token_ids_end_the_text_before_them(case: Case) -> None:
     deltas = await collect(case.engine, request(stop_token_ids=(case.script.ids[6],)))
-    assert deltas[-1].finish_reason == "stop"
+    assert deltas[-1].finish_reason == "stop" and deltas[-1].stop_sequence is None
     assert text_of(deltas) == case.script.prefix(6)
 
 

@@ -77,6 +77,11 @@ def test_stop_strings_cut_the_text_before_the_first_stop(tokenizers, text: str, 
     cut = _first_stop_char_by_char(text, stops)
     assert out == text[:cut]
     assert stream.stopped == (cut < len(text))
+    if stream.stopped:  # the string that stopped it is named: one that ends where the reader stopped
+        end = min(cut + len(s) for s in stops if text[cut:].startswith(s))
+        assert stream.stop_sequence in stops and text[cut:end] == stream.stop_sequence
+    else:
+        assert stream.stop_sequence is None
 
 
 def _first_stop_char_by_char(text: str, stops: list[str]) -> int:

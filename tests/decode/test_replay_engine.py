@@ -122,3 +122,20 @@ async def test_batched_mode_drops_a_request_whose_reader_left() -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ReplayEngineError, match="mode"):
         ReplayEngine(MODEL, mode="fast")
+
+
+async def test_stop_strings_cut_a_script_as_they_cut_a_model() -> None:
+    engine = ReplayEngine(MODEL, rate=10_000)
+
+    def req(stop: tuple[str, ...], max_tokens: int = 500) -> GenerateRequest:
+        return GenerateRequest(rid="r", session="s", messages=[{"role": "user", "content": "go"}],
+                               params=SamplingParams.from_dict({"max_tokens": max_tokens, "stop": list(stop)}),
+                               metadata={"replay": ["one two STOP three END"]})
+
+    deltas = await _deltas(engine, req(("END", "STOP")))
+    assert "".join(d.text for d in deltas) == "one two "
+    assert (deltas[-1].finish_reason, deltas[-1].stop_sequence) == ("stop", "STOP")
+    whole = await _deltas(engine, req(("nowhere",)))
+    assert (whole[-1].finish_reason, whole[-1].stop_sequence) == ("stop", None)
+    cut = await _deltas(engine, req(("END",), max_tokens=2))  # the length limit comes first
+    assert (cut[-1].finish_reason, cut[-1].stop_sequence) == ("length", None)

@@ -102,6 +102,19 @@ def test_the_wire_is_event_and_data_pairs(gw: GwStack) -> None:
     assert datas[-2]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
 
 
+def test_a_stop_sequence_ends_the_message_and_is_named(client: anthropic.Anthropic) -> None:
+    script = ["The answer is 42. STOP Then more text. END"]
+    msg = create(client, script, stop_sequences=["END", "STOP"])
+    assert [b.text for b in msg.content] == ["The answer is 42. "]
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "STOP")
+    with client.messages.stream(model=MODEL, max_tokens=200, messages=USER, stop_sequences=["END", "STOP"],
+                                extra_body={"replay": script}) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "STOP")
+    plain = create(client, ["No stop string here."], stop_sequences=["END"])
+    assert (plain.stop_reason, plain.stop_sequence) == ("end_turn", None)
+
+
 def test_max_tokens_cuts_off(client: anthropic.Anthropic) -> None:
     msg = create(client, TWO_CALLS, max_tokens=5, tools=TOOLS)
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 5

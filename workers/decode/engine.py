@@ -82,6 +82,7 @@ class GenerateDelta:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    stop_sequence: str | None = None  # the stop string that ended the completion (finish_reason "stop")
 
 
 @runtime_checkable

@@ -102,16 +102,18 @@ class _Run:
     prompt: int
     detok: IncrementalDetokenizer
     i: int = 0
+    stop_sequence: str | None = None  # the stop string the script was cut at
     out: asyncio.Queue[GenerateDelta] = field(default_factory=asyncio.Queue)  # batched mode only
 
     def next_delta(self) -> GenerateDelta:
         """The delta of the next token (or the empty ending of an empty completion)."""
         if not self.ids:
-            return GenerateDelta("", 0, True, "stop", self.prompt, 0, 0)
+            return GenerateDelta("", 0, True, "stop", self.prompt, 0, 0, self.stop_sequence)
         text = self.detok.push(self.ids[self.i])
         self.i += 1
         last = self.i == len(self.ids)
-        return GenerateDelta(text, 1, last, self.finish if last else None, self.prompt, 0, self.i)
+        return GenerateDelta(text, 1, last, self.finish if last else None, self.prompt, 0, self.i,
+                             self.stop_sequence if last and self.finish == "stop" else None)
 
     def aborted(self) -> GenerateDelta:
         return GenerateDelta("", 0, True, "abort", self.prompt, 0, self.i)
@@ -183,11 +185,14 @@ class ReplayEngine:
 
     def _run(self, req: GenerateRequest) -> _Run:
         t0 = time.thread_time()
-        ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids[: req.params.max_tokens]
-        finish = "length" if len(ids) == req.params.max_tokens else "stop"
+        text, stop = _cut_at_stop(self.completion(req), req.params.stop)  # as a model's stop strings end it
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        finish = "length" if len(ids) > req.params.max_tokens or (stop is None and len(ids) == req.params.max_tokens) \
+            else "stop"
+        ids = ids[: req.params.max_tokens]
         prompt = sum(len(str(m.get("content") or "")) for m in req.messages) // 4
         self.cpu_s += time.thread_time() - t0
-        return _Run(req.rid, ids, finish, prompt, IncrementalDetokenizer(self.tok))
+        return _Run(req.rid, ids, finish, prompt, IncrementalDetokenizer(self.tok), stop_sequence=stop)
 
     def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
         """The request's deltas, paced by ``mode`` (one async generator: no layer per token in between)."""
@@ -270,3 +275,12 @@ class ReplayEngine:
     def stats(self) -> dict[str, Any]:
         return {"engine": self.name, "running": self._running, "waiting": 0, "tokens_out": self.tokens_out,
                 "mode": self.mode, "steps": self.steps, "cpu_s": round(self.cpu_s, 4)}
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> tuple[str, str | None]:
+    """``text`` before the stop string that completes first (the longest on a tie), and that string."""
+    hits = [(i + len(s), i, s) for s in stop if s and (i := text.find(s)) >= 0]
+    if not hits:
+        return text, None
+    _, start, s = min(hits)
+    return text[:start], s

@@ -87,7 +87,7 @@ class TurnRun:
         last = self.last
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=self.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
-                       cached_tokens=last.cached_tokens, text="".join(self.parts))
+                       cached_tokens=last.cached_tokens, text="".join(self.parts), stop_sequence=last.stop_sequence)
         self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
         await self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end), bus.TOKEN_STREAM_MAXLEN)
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,

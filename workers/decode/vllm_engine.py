@@ -183,9 +183,11 @@ class VllmEngine:
         completion.extend(o.token_ids)
         self.tokens_out += len(o.token_ids)
         reason = _REASONS.get(o.finish_reason or "", "abort") if out.finished else None
+        matched = getattr(o, "stop_reason", None)  # the stop string (or stop token id) that ended it
         return GenerateDelta(text=o.text, n_tokens=len(o.token_ids), finished=out.finished, finish_reason=reason,
                              prompt_tokens=n_prompt, cached_tokens=out.num_cached_tokens or 0,
-                             completion_tokens=len(completion))
+                             completion_tokens=len(completion),
+                             stop_sequence=matched if out.finished and isinstance(matched, str) else None)
 
     def _on_finish(self, req: GenerateRequest, ids: list[int], completion: list[int], reused: int,
                    last: GenerateDelta) -> None:

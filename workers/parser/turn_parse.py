@@ -210,7 +210,8 @@ class TurnParse:
         await self.w.sessions.record_message(self.sid, self.turn, self._message(end.text))
         last = Step()
         self._events([TurnEnded(finish_reason=reason, completion_tokens=end.completion_tokens,
-                                n_calls=len(self.calls))], last)
+                                n_calls=len(self.calls),
+                                stop_sequence=end.stop_sequence if reason == "stop" else None)], last)
         await self._publish(last)
         await self._tell_decoder()
         log.info("sid=%s turn=%d attempt=%d parsed: %d calls, %s", self.sid, self.turn, self.attempt,
