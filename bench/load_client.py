@@ -170,7 +170,7 @@ async def one_session(url: str, body: dict[str, Any], expected: Expected, tally:
 async def run_sessions(url: str, sessions: int, tokens: int, ramp_s: float, tok: Tokenizer) -> Tally:
     """``sessions`` sessions started over ``ramp_s`` seconds; returns what they delivered."""
     replay, body_text = script(tokens)
-    body = {"messages": [{"role": "user", "content": "go"}], "replay": replay, "max_tokens": 4 * tokens}
+    body = {"messages": [{"role": "user", "content": "go"}], "replay": replay, "max_tokens": 4 * tokens + 64}  # + the call
     expected, tally = Expected(body_text, tok), Tally()
 
     async def delayed(i: int) -> None:
