@@ -1,6 +1,6 @@
 // One client per API route.  Each speaks its route's wire format and hands the page session
 // events ({turn, ts, body: {type, ...}}, the session API's own shape), so view.js draws every
-// route alike.  A new streamed route (e.g. POST /v1/responses) is a translator (start(),
+// route alike.  A streamed route (chat completions, responses) is a translator (start(),
 // feed(json, eventName), finish() -> events; see ChatTranslator), a StreamClient subclass
 // (prepare, keep), and an entry in ROUTES; the page builds its switch from ROUTES.
 //
@@ -251,6 +251,87 @@ export class ChatClient extends StreamClient {
   keep(body, t) { this.history = [...body.messages, t.message()]; }
 }
 
+// ------------------------------------------------------------------ responses
+/** Events of one streamed ``/v1/responses`` call as the session events of turn ``turn``. */
+export class ResponsesTranslator extends ChatTranslator {
+  constructor(turn) {
+    super(turn);
+    Object.assign(this, { responseId: null, byOutput: new Map(), failed: null });
+  }
+
+  start() {
+    this.begun = true;
+    return [this.ev("turn.started", { prompt_tokens: 0, cached_tokens: 0, worker: "response" })];
+  }
+
+  feed(obj) {
+    switch (obj.type) {
+      case "response.created": this.responseId = obj.response.id; return [];
+      case "response.output_text.delta": this.content += obj.delta; return [this.ev("content.delta", { text: obj.delta })];
+      case "response.reasoning_text.delta": return [this.ev("reasoning.delta", { text: obj.delta })];
+      case "response.output_item.added": return this.added(obj.output_index, obj.item);
+      case "response.function_call_arguments.delta": {
+        const index = this.byOutput.get(obj.output_index);
+        if (index === undefined) return [];
+        this.calls.get(index).arguments += obj.delta;
+        return [this.ev("tool_call.args", { index, delta: obj.delta })];
+      }
+      case "response.completed": case "response.incomplete": case "response.failed": return this.ended(obj.response);
+      case "error": this.failed = obj.message || "the stream failed"; return [this.ev("error", { message: this.failed })];
+      default: return [];
+    }
+  }
+
+  added(outputIndex, item) {
+    if (item.type !== "function_call") return [];
+    const index = this.calls.size;
+    this.byOutput.set(outputIndex, index);
+    this.calls.set(index, { id: item.call_id, name: item.name, arguments: "" });
+    return [this.ev("tool_call.begin", { index, id: item.call_id, name: item.name })];
+  }
+
+  ended(resp) {
+    const out = [];
+    if (resp.status === "incomplete") this.finishReason = "length";
+    if (resp.status === "failed") {
+      this.failed = (resp.error || {}).message || "the response failed";
+      out.push(this.ev("error", { message: this.failed }));
+    }
+    if (resp.usage) {
+      this.usage = { completion_tokens: resp.usage.output_tokens };
+      const cached = (resp.usage.input_tokens_details || {}).cached_tokens || 0;
+      out.push(this.ev("turn.usage", { prompt_tokens: resp.usage.input_tokens, cached_tokens: cached }));
+    }
+    return out;
+  }
+
+  finish() {
+    if (!this.failed) return super.finish();
+    return [this.ev("turn.ended", { finish_reason: "error", n_calls: 0, completion_tokens: 0 }),
+            this.ev("session.ended", { reason: "error" })];
+  }
+}
+
+/** ``POST /v1/responses``, streamed and stored: a follow-up names the previous response
+ *  (``previous_response_id``) and sends only what is new -- a user message, or the results of
+ *  the model's calls as ``function_call_output`` items. */
+export class ResponsesClient extends StreamClient {
+  prepare(text, s, results) {
+    const input = results.map((r) => ({ type: "function_call_output", call_id: r.id, output: r.content }));
+    if (text) input.push({ role: "user", content: text });
+    const body = { model: this.model, input, stream: true, store: true, max_output_tokens: s.maxTokens };
+    if (this.responseId) body.previous_response_id = this.responseId;
+    if (s.toolDefs.length) {
+      body.tools = s.toolDefs.map((t) => ({ type: "function", name: t.function.name,
+        description: t.function.description, parameters: t.function.parameters }));
+    }
+    if (s.replay) body.replay = s.replay;
+    return { path: "/v1/responses", body, translator: new ResponsesTranslator(this.turn) };
+  }
+
+  keep(body, t) { this.responseId = t.responseId; }
+}
+
 /** The routes the page can switch between.  ``resumable``: its sessions live on the server and
  *  ``?session=ID`` rebuilds one; ``locksSettings``: a follow-up keeps the first request's tools
  *  and max tokens; ``maxTurns``: it honours max turns. */
@@ -260,4 +341,7 @@ export const ROUTES = {
   chat: { label: "Chat Completions", client: ChatClient, resumable: false, locksSettings: false, maxTurns: false,
           about: "OpenAI chat completions: one turn per request; the model's tool calls come back to you, " +
                  "never run. The conversation lives in this page only." },
+  responses: { label: "Responses", client: ResponsesClient, resumable: false, locksSettings: false, maxTurns: false,
+               about: "OpenAI Responses: one turn per request, stored on the server; a follow-up names the " +
+                      "previous response and sends only what is new (your message, or your tools' results)." },
 };

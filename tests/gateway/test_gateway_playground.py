@@ -1,6 +1,6 @@
 """The playground (``/``) in headless Chromium, used as a user would, on a stack that requires
-an API key: a run with two tool calls and a follow-up, a wrong key, the chat completions
-route, and a 390 x 844 phone where every control is reachable.  No console errors, except the
+an API key: a run with two tool calls and a follow-up, a wrong key, the chat completions and
+responses routes, and a 390 x 844 phone where every control is reachable.  No console errors, except the
 401s a missing or wrong key gets.  The ReplayEngine scripts every turn.  Needs a ``chromium``
 binary (Debian: ``apt-get install chromium``).  States and rebuilds: ``..._states.py``."""
 
@@ -115,6 +115,28 @@ async def test_the_same_turn_through_chat_completions(gw: GwStack) -> None:
         v = await wait_state(page, "done")
         assert v["turns"][1]["content"] == "So it is sunny, 24 C in Paris." and v["turns"][1]["final"]
         assert v["notes"][-1] == "tool results sent back" and len(v["user"]) == 1
+        assert shown_totals(v)["turns"] == 2 and int(v["totals"]["completion"]) > 0
+        assert page.errors == []
+
+
+async def test_the_same_turn_through_responses(gw: GwStack) -> None:
+    async with Browser(CHROMIUM) as browser:
+        page = await open_playground(browser, gw)
+        await page.wait_for(TOOLS_LOADED)
+        await page.click("input[name=route][value=responses]")
+        await set_replay(page, ["Let me check.\n" + calls(WEATHER), "So it is {{ results[0] }} in Paris."])
+        await page.click("#send")
+        v = await wait_state(page, "done")
+        assert v["search"] == "?api=responses" and [e["reason"] for e in v["ended"]] == ["tool_calls"]
+        [call] = v["calls"]
+        assert (call["name"], call["state"], call["pill"]) == ("get_weather", "returned", "returned to you")
+        assert json.loads(call["args"]) == WEATHER["arguments"] and v["turns"][0]["content"] == "Let me check.\n"
+
+        await page.type(".client-result", "sunny, 24 C")
+        await page.click("#send")  # the result alone goes back, naming the previous response
+        await page.wait_for("document.querySelectorAll('.ended').length === 2")
+        v = await wait_state(page, "done")
+        assert v["turns"][1]["content"] == "So it is sunny, 24 C in Paris." and v["turns"][1]["final"]
         assert shown_totals(v)["turns"] == 2 and int(v["totals"]["completion"]) > 0
         assert page.errors == []
 
