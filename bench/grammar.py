@@ -124,15 +124,13 @@ def main(argv: list[str] | None = None) -> int:
 def check(results: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     """What the figures stand on happened: every mode ran requests, and with the grammar every
     required or named request that was not cut by max_tokens made a call (the grammar was
-    applied) and no tool-less one did."""
+    applied).  Requests without tools are not held (the parser returns their text as content)."""
     problems = [f"{label}: no {mode} request ran" for label, rows in results.items()
                 for mode, r in rows.items() if not r["requests"]]
     after = results["after"]
     problems += [f"after: {mode}: {int(after[mode]['no_call_finished'])} requests ended without a call (not cut "
                  "by max_tokens): the grammar was not applied"
                  for mode in ("required", "named") if after.get(mode, {}).get("no_call_finished", 0) > 0]
-    if after.get("no_tools", {}).get("requests_with_calls", 0) > 0:
-        problems.append("after: a request without tools made a call: the grammar was not applied")
     return problems
 
 

@@ -37,7 +37,10 @@ def test_the_choice_decides_what_calls_may_be() -> None:
         return c.calls, [t.name for t in c.tools]
 
     assert calls(TOOLS, None) == (Calls.ALLOWED, ["f", "g"])
-    assert calls([], None) == (Calls.FORBIDDEN, [])
+    assert constraint_for("hermes", None, [], {}) is None  # a plain request decodes freely (as vLLM)
+    assert constraint_for("hermes", None, [], {"tool_choice": "none"}) is None
+    fmt = {"response_format": {"type": "json_object"}}
+    assert constraint_for("hermes", None, [], fmt).calls is Calls.FORBIDDEN  # an answer format: JSON, no call
     assert calls(TOOLS, "none") == (Calls.FORBIDDEN, [])
     assert calls(TOOLS, "required") == (Calls.REQUIRED, ["f", "g"])
     assert calls(TOOLS, {"type": "tool", "name": "g"}) == (Calls.REQUIRED, ["g"])
@@ -66,7 +69,7 @@ def test_the_process_config_sets_format_reasoning_and_the_auto_switch() -> None:
     assert (c.format, c.reasoning, c.calls) == ("qwen3_coder", "think", Calls.ALLOWED)
     off = load_config(grammar_auto="off")
     assert turn_constraint(off, TOOLS, {}, continuation=False) is None  # auto with tools: free
-    assert turn_constraint(off, [], {}, continuation=False).calls is Calls.FORBIDDEN  # no tools: still no call
+    assert turn_constraint(off, [], {}, continuation=False) is None  # no tools: nothing to hold
     assert turn_constraint(off, TOOLS, {"tool_choice": "required"}, continuation=False).calls is Calls.REQUIRED
 
 

@@ -5,7 +5,7 @@ changed, enums, tools left out) run greedily through the native engine under the
 decoder builds.  Whatever the model writes: under ``required`` and a named choice every call
 the parser returns names the offered (or the named) tool and its arguments validate against
 that tool's schema; under ``auto`` no call names a tool the request did not offer; without
-tools no call begins.  A turn cut by ``max_tokens`` may end inside a call: the parser reports
+tools nothing is held and the parser returns the whole text as content, never a call.  A turn cut by ``max_tokens`` may end inside a call: the parser reports
 it truncated (never a call), as for any model.
 """
 
@@ -16,7 +16,8 @@ import torch
 
 from bench.grammar import FMT, core_for, generate, request
 from bench.grammar_cases import Case, build_cases, judge
-from workers.parser import parse_text
+from workers.parser import make_parser, parse_text
+from workers.parser.turn import collect
 
 MODES = ("required",) * 5 + ("named",) * 5 + ("auto",) * 3 + ("no_tools",) * 2  # 100 / 100 / 60 / 40 of 300
 MAX_TOKENS = 96
@@ -67,10 +68,17 @@ def test_auto_never_calls_a_tool_the_request_did_not_offer(runs) -> None:
     assert calls > 0  # the model does call the offered tools
 
 
-def test_a_request_without_tools_never_calls(runs) -> None:
+def test_a_request_without_tools_never_returns_a_call(runs) -> None:
+    """No tools: nothing is held (a plain request decodes as on any server), and the parser of a
+    turn offered no tools returns all of its text as content, whatever the model wrote."""
+    wrote_calls = 0
     for case, text, _ in _of(runs, "no_tools"):
-        turn = parse_text(FMT, text)
-        assert not turn.calls and not turn.invalid and "<tool_call>" not in text, (case, text)
+        assert case.tools == [] or case.tools is None
+        p = make_parser(FMT, calls=False)
+        turn = collect(p.feed(text) + p.finish())
+        assert not turn.calls and not turn.invalid and turn.content == text, (case, text)
+        wrote_calls += "<tool_call>" in text
+    assert wrote_calls > 0  # the model does write call markup here: the parser is what keeps it text
 
 
 def test_the_judge_catches_what_the_grammar_prevents() -> None:

@@ -191,8 +191,8 @@ def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar()
     assert c.calls is Calls.REQUIRED and [t.name for t in c.tools] == ["b"]
     assert plan(tools=tools, tool_choice="required")[1].calls is Calls.REQUIRED
     assert plan(tools=tools)[1].calls is Calls.ALLOWED
-    assert plan(tools=tools, tool_choice="none")[1].calls is Calls.FORBIDDEN
-    assert plan()[1].calls is Calls.FORBIDDEN  # no tools: no call can begin
+    assert plan(tools=tools, tool_choice="none")[1] is None  # none renders no tools: a plain request
+    assert plan()[1] is None  # no tools: decoded freely; the parser returns the text as content
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
     p, c = plan(response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}})
     assert c.answer_schema == {**schema, "additionalProperties": False}

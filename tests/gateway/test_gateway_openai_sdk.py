@@ -98,8 +98,8 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
 
     none = ask(["Not calling anything."], tool_choice="none")
     assert none.message.tool_calls is None and none.finish_reason == "stop"
-    with pytest.raises(openai.InternalServerError, match="breaks the request's grammar"):
-        ask(tool_choice="none")  # a script that calls under "none" is refused, as a grammar refuses a model
+    calling = ask(tool_choice="none")  # none renders no tools: whatever the model writes is content
+    assert calling.message.tool_calls is None and "<tool_call>" in calling.message.content
     single = ask(parallel_tool_calls=False)
     assert [c.function.name for c in single.message.tool_calls] == ["get_weather"]
     required = ask([WEATHER_CALL + "\n" + TIME_CALL], tool_choice="required")
@@ -110,16 +110,29 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
         ask([TIME_CALL + "\n" + WEATHER_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
 
 
-def test_a_call_of_an_unoffered_function_cannot_be_generated(client: openai.OpenAI) -> None:
-    """The decoder's grammar admits only offered tools (``grammar_auto`` on, the default): a script that
-    calls another is refused as a grammar holds a model. (With the grammar off, the parser drops
-    such calls: ``test_gateway_offered_calls.py``.)"""
+def test_a_call_of_an_unoffered_function_is_never_returned(client: openai.OpenAI) -> None:
+    """With tools, the decoder's grammar admits only offered ones (``grammar_auto`` on, the default): a
+    script that calls another is refused as a grammar holds a model. Without tools nothing is held
+    and the parser reads no call: the text is content. (With the grammar off, the parser drops
+    unoffered calls: ``test_gateway_offered_calls.py``.)"""
     booking = '<tool_call>\n{"name": "book_restaurant", "arguments": {"name": "Chez Nous"}}\n</tool_call>'
     hello = [{"role": "user", "content": "Hello! How are you?"}]
-    for tools in (None, [TOOLS[1]]):  # no tools at all; tools that do not include book_restaurant
-        kw = {"tools": tools} if tools else {}
-        with pytest.raises(openai.InternalServerError, match="breaks the request"):
-            client.chat.completions.create(model=MODEL, messages=hello, extra_body={"replay": ["Hi.\n" + booking]}, **kw)
+    with pytest.raises(openai.InternalServerError, match="breaks the request"):
+        client.chat.completions.create(model=MODEL, messages=hello, tools=[TOOLS[1]],
+                                       extra_body={"replay": ["Hi.\n" + booking]})
+    for stream in (False, True):
+        kw = {"stream": stream}
+        got = client.chat.completions.create(model=MODEL, messages=hello, extra_body={"replay": ["Hi.\n" + booking]},
+                                             **kw)
+        if stream:
+            chunks = list(got)
+            assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert chunks[-1].choices[0].finish_reason == "stop"
+        else:
+            assert got.choices[0].message.tool_calls is None and got.choices[0].finish_reason == "stop"
+            text = got.choices[0].message.content
+        assert text == "Hi.\n" + booking
 
 
 def test_invalid_requests_get_openai_errors(client: openai.OpenAI) -> None:

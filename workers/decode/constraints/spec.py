@@ -4,8 +4,11 @@
 
     tool_choice            tools    ->  calls      tools a call may name
     ----------------------------------------------------------------------------------
-    "none"                 any          FORBIDDEN  -
-    "auto" (or absent)     none         FORBIDDEN  -      a request without tools never calls
+    any                    none         (none)     -      a plain request: decoded freely, as on any
+                                                           server; the parser returns its text as
+                                                           content, so it never returns a call
+                                                           (with an answer format: FORBIDDEN)
+    "none"                 some         FORBIDDEN  -      (a session that keeps its tools rendered)
     "auto"                 some         ALLOWED    all    text is free; a call is held to its tool
     "required" / "any"     some         REQUIRED   all    the turn is calls (after reasoning)
     named / {"type":"tool"} some        REQUIRED   that one
@@ -75,12 +78,17 @@ def turn_constraint(cfg: Any, tools: list[dict[str, Any]] | None, params: dict[s
 
 def constraint_for(fmt: str, reasoning: str | None, tools: list[dict[str, Any]] | None,
                    params: dict[str, Any] | None, constrain_auto: bool = True) -> Constraint | None:
-    """The turn's constraint; None when nothing is constrained (``auto`` with tools, switched off)."""
+    """The turn's constraint; None when nothing is constrained: no tools rendered (none offered, or
+    a client API's ``tool_choice: "none"``, which renders none) and no answer format -- a plain
+    request decodes as on any other server, and the parser returns its whole text as content,
+    never a call -- or ``auto`` with tools, switched off (``grammar_auto``)."""
     params = params or {}
     specs = tuple(tool_spec(t) for t in tools or ())
     choice = normalize_choice(params.get("tool_choice"))
     answer = answer_schema(params.get("response_format") or params.get("text_format"))
     parallel = params.get("parallel_tool_calls", True) is not False
+    if not specs and answer is None:
+        return None
     if choice == "none" or not specs:
         calls, specs = Calls.FORBIDDEN, ()
     elif choice == "auto":
