@@ -21,8 +21,10 @@ Contracts:
   undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
   set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
   resumes with ``after=<the last id it received>``.
-* **Cluster note.**  One XREAD over many sessions' streams spans hash slots; on Redis Cluster
-  the reader would need one XREAD per node (not implemented: a single server is assumed).
+* **One server or a cluster.**  The reads go through ``runtime.bus.many_reader``: on one server
+  one blocking XREAD over every watched stream and the wake stream; on a Redis Cluster, where one
+  command cannot span slots, a tracked connection per master that the server wakes when a
+  watched stream changes (``runtime.tracked_reads``).  The contracts above hold on both.
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ class Relay:
                  block_ms: int = 5000, count: int = 512,
                  on_event: Callable[[str, Event], None] | None = None) -> None:
         self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
+        self.reads = bus.many_reader(reader)
         self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
@@ -233,6 +236,7 @@ class Relay:
             await asyncio.gather(self._task, return_exceptions=True)
         self.drain()
         self._watches.clear()
+        await self.reads.aclose()
         await self.r.delete(self.wake_key)
 
     @property
@@ -302,7 +306,7 @@ class Relay:
                 await self._read_once()
             except asyncio.CancelledError:
                 raise
-            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            except bus.REDIS_DOWN as exc:
                 log.warning("relay: redis unavailable (%s); retrying", exc)
                 await asyncio.sleep(0.5)
             except Exception:  # the reader's outermost boundary: it must never die
@@ -318,9 +322,7 @@ class Relay:
         return streams
 
     async def _read_once(self) -> None:
-        reply = await self.reader.xread(self._streams(), count=self.count, block=self.block_ms)
-        for stream, rows in reply or []:
-            name = stream.decode() if isinstance(stream, bytes) else stream
+        for name, rows in await self.reads.read(self._streams(), self.count, self.block_ms):
             if name == self.wake_key:
                 self._wake_cursor = fmt_id(parse_id(rows[-1][0]))
             else:

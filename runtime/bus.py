@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.asyncio.cluster import ClusterPipeline
+from redis.exceptions import ClusterError, NoScriptError, ResponseError, SlotNotCoveredError, TryAgainError
 
+from runtime import cluster
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,10 @@ FIELD = b"d"
 EVENT_STREAM_MAXLEN = 100_000
 TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
+
+# The broker is unreachable or moving (a cluster master failing over): retry, never a job's failure.
+REDIS_DOWN: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, ClusterError,
+                                               TryAgainError, SlotNotCoveredError)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,10 @@ class Entry:
 
 
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack)."""
+    """An asyncio client with raw bytes replies (payloads are msgpack); a ``RedisCluster`` for a
+    ``redis+cluster://`` URL (``runtime.cluster``)."""
+    if cluster.is_cluster_url(url):
+        return cluster.connect(url)  # type: ignore[return-value]
     return aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
 
 
@@ -83,12 +92,21 @@ def _entries(reply, deliveries: int = 1) -> list[Entry]:
 
 
 class GroupReader:
-    """Reads a set of streams as one consumer of one group; blocks instead of polling."""
+    """Reads a set of streams as one consumer of one group; blocks instead of polling.
+
+    One blocking XREADGROUP covers the streams one command may name together: all of them on
+    one server, those of one slot on a cluster (``runtime.cluster.read_groups``).  With several
+    such groups, each has its own read in flight, and ``read`` returns as soon as any of them
+    has entries; a read still waiting is kept for the next call, never cancelled (a cancelled
+    XREADGROUP could take entries into this consumer's pending list that nobody then handles).
+    """
 
     def __init__(self, r: aioredis.Redis, streams: list[str], group: str, consumer: str,
                  count: int = 64, block_ms: int = 1000) -> None:
         self.r, self.streams, self.group, self.consumer = r, list(streams), group, consumer
         self.count, self.block_ms = count, block_ms
+        self._groups = cluster.read_groups(r, self.streams)
+        self._inflight: dict[int, asyncio.Task] = {}
 
     async def setup(self) -> None:
         for stream in self.streams:
@@ -96,9 +114,29 @@ class GroupReader:
 
     async def read(self) -> list[Entry]:
         """New entries for this consumer; waits up to ``block_ms``."""
-        reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in self.streams},
+        if len(self._groups) == 1:
+            return await self._read(self._groups[0])
+        for i, streams in enumerate(self._groups):
+            if i not in self._inflight:
+                self._inflight[i] = asyncio.create_task(self._read(streams))
+        done, _ = await asyncio.wait(self._inflight.values(), return_when=asyncio.FIRST_COMPLETED)
+        out: list[Entry] = []
+        for i, task in list(self._inflight.items()):
+            if task in done:
+                del self._inflight[i]
+                out.extend(task.result())  # raises the read's error: the caller retries
+        return out
+
+    async def _read(self, streams: list[str]) -> list[Entry]:
+        reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in streams},
                                         count=self.count, block=self.block_ms)
         return _entries(reply)
+
+    def close(self) -> None:
+        """Cancel the reads in flight (the consumer is stopping)."""
+        for task in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()
 
     async def reclaim(self, min_idle_ms: int) -> list[Entry]:
         """Take over entries another consumer read but did not ack for ``min_idle_ms``."""
@@ -138,6 +176,32 @@ async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000,
     """Entries of one stream after ``after`` (plain XREAD, no group); waits up to ``block_ms``."""
     reply = await r.xread({stream: after}, count=count, block=block_ms)
     return _entries(reply)
+
+
+class ServerReads:
+    """New entries of many streams after their cursors, on one server: one blocking XREAD."""
+
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+
+    async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, list]]:
+        reply = await self.r.xread(streams, count=count, block=block_ms)
+        return [(_s(stream), rows) for stream, rows in reply or []]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def many_reader(r: aioredis.Redis) -> Any:
+    """The reader of many streams' new entries after the caller's cursors (XREAD, no group), for
+    one task: ``await reader.read({stream: cursor}, count, block_ms) -> [(stream, [(id, fields)])]``,
+    blocking until one of them has entries.  One server: one blocking XREAD (``ServerReads``); a
+    cluster: a tracked connection per master (``runtime.tracked_reads.ClusterReads``)."""
+    if cluster.is_cluster(r):
+        from runtime.tracked_reads import ClusterReads
+
+        return ClusterReads(r)
+    return ServerReads(r)
 
 
 async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) -> None:
@@ -188,9 +252,28 @@ class Batcher:
         pipe = self.r.pipeline(transaction=False)
         for build in builds:
             queued = build(pipe)
-            if inspect.isawaitable(queued):  # scripts queue themselves asynchronously
-                await queued
+            if inspect.iscoroutine(queued):  # scripts queue themselves asynchronously (never await a
+                await queued  # cluster pipeline itself: that empties it)
         replies = await pipe.execute(raise_on_error=False)
         if len(replies) != len(builds):
             raise RuntimeError(f"batcher: {len(builds)} commands queued but {len(replies)} replies")
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):  # a cluster node without the script yet (a new master):
+                replies[i] = await _alone(builds[i], self.r)  # alone, the script loads itself and runs
         return replies
+
+
+def queue_script(pipe: Any, script: Any, script_keys: list[str], args: list[Any]) -> Any:
+    """Queue ``script`` on ``pipe`` (a pipeline, a cluster pipeline -- where redis-py refuses
+    ``evalsha`` -- or a client, which runs it at once)."""
+    if isinstance(pipe, ClusterPipeline):
+        return pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+    return script(keys=script_keys, args=args, client=pipe)
+
+
+async def _alone(build: Callable[[Any], Any], r: aioredis.Redis) -> Any:
+    """``build``'s command sent on its own; its reply, or its error."""
+    try:
+        return await build(r)
+    except Exception as exc:  # handed to the caller as the batch's reply, as pipeline errors are
+        return exc

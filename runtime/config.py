@@ -28,8 +28,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    redis_url: str = ""  # empty: `turnstream up` starts the embedded server
-    queue_url: str = ""  # arq's Redis (must be non-cluster); defaults to redis_url
+    redis_url: str = ""  # empty: `turnstream up` starts the embedded server; redis+cluster://h:p[,h:p] a cluster
+    queue_url: str = ""  # arq's Redis (must be non-cluster); defaults to redis_url, required with a cluster
     worker_id: str = ""  # defaults to "<kind>-<host>-<pid>"
     # decode
     engine: str = "native"  # "native" | "vllm" | "replay" (the test/benchmark engine)
@@ -140,5 +140,23 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:
         raise ConfigError(f"heartbeat_ttl_ms: {cfg.heartbeat_ttl_ms} must exceed heartbeat_ms {cfg.heartbeat_ms}")
+    _validate_urls(cfg)
     if cfg.replay_rate <= 0:
         raise ConfigError(f"replay_rate: invalid value {cfg.replay_rate!r}; must be > 0")
+
+
+def _validate_urls(cfg: Config) -> None:
+    """A cluster ``redis_url`` must parse; the tool queues (arq) need a plain server of their own."""
+    from runtime import cluster
+
+    if cluster.is_cluster_url(cfg.redis_url):
+        try:
+            cluster.parse_url(cfg.redis_url)
+        except cluster.ClusterUrlError as exc:
+            raise ConfigError(f"redis_url: {exc}") from None
+        if not cfg.queue_url:
+            raise ConfigError(f"queue_url: required when redis_url names a cluster ({cfg.redis_url!r}): the tool "
+                              "queues (arq) need one non-cluster Redis/Valkey, e.g. redis://queue-host:6379/0")
+    if cluster.is_cluster_url(cfg.queue_url):
+        raise ConfigError(f"queue_url: invalid value {cfg.queue_url!r}; the tool queues (arq) need a non-cluster "
+                          "Redis/Valkey (redis:// or rediss://)")

@@ -27,7 +27,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-import redis.asyncio as aioredis
 
 from runtime import bus
 from runtime.turns import Turns
@@ -35,7 +34,7 @@ from schemas.codec import UndecodableEntry
 
 log = logging.getLogger(__name__)
 
-REDIS_DOWN = (aioredis.ConnectionError, aioredis.TimeoutError)
+REDIS_DOWN = bus.REDIS_DOWN
 
 
 class Done(enum.Enum):
@@ -63,6 +62,7 @@ class Consumer:
         await self.reader.setup()
         loops = [asyncio.create_task(f()) for f in (self._read_loop, self._lease_loop, *also)]
         await stop.wait()
+        self.reader.close()
         for t in loops + list(self._tasks):
             t.cancel()
         await asyncio.gather(*loops, *self._tasks, return_exceptions=True)

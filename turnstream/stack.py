@@ -16,9 +16,9 @@ import sys
 import time
 
 import httpx
-import redis
 
 from schemas import keys
+from runtime import cluster
 from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, _die_with_parent, free_port
 
@@ -71,7 +71,7 @@ def wait_healthy(url: str, procs: list[subprocess.Popen], timeout_s: float = 60.
 
 def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
     """Until ``n`` decoders send heartbeats (their engines are loaded and they take jobs)."""
-    r = redis.Redis.from_url(redis_url)
+    r = cluster.connect_sync(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
         while len(r.keys(keys.decoder_heartbeat("*"))) < n:

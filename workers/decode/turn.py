@@ -19,7 +19,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
 
 from runtime import bus, routing
 from runtime.session import Field, SessionInfo
@@ -58,7 +57,7 @@ class TurnRun:
         try:
             await self._stream()
         finally:
-            with contextlib.suppress(aioredis.ConnectionError, aioredis.TimeoutError):
+            with contextlib.suppress(*bus.REDIS_DOWN):
                 await routing.turn_ended(self.w.r, self.w.me)
 
     async def _announce(self) -> None:

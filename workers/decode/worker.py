@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 
 from runtime import bus
 from runtime.config import Config, default_worker_id
-from runtime.consumer import REDIS_DOWN, Consumer, Done
+from runtime.bus import REDIS_DOWN
+from runtime.consumer import Consumer, Done
 from runtime.session import Claim, Field
 from runtime.turns import Turns
 from schemas import keys
