@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,8 @@ EVENT_STREAM_MAXLEN = 100_000
 TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
 
+RETRY_S = 0.2  # between tries of a call interrupted by an unreachable broker
+
 # The broker is unreachable or moving (a cluster master failing over): retry, never a job's failure.
 REDIS_DOWN: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, ClusterError,
                                                TryAgainError, SlotNotCoveredError)
@@ -41,6 +43,20 @@ class Entry:
     id: str
     data: bytes
     deliveries: int = 1  # > 1 when reclaimed from another consumer
+
+
+async def through_outage(call: Callable[[], Awaitable[Any]], for_s: float, what: str = "") -> Any:
+    """``await call()``, again every ``RETRY_S`` while the broker is unreachable (a cluster failover,
+    a restart), for up to ``for_s`` seconds; then its error.  Only for calls that may run twice."""
+    deadline = time.monotonic() + for_s
+    while True:
+        try:
+            return await call()
+        except REDIS_DOWN as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("%s: redis unavailable (%s); retrying", what or "write", exc)
+            await asyncio.sleep(RETRY_S)
 
 
 def connect(url: str) -> aioredis.Redis:
@@ -181,6 +197,8 @@ async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000,
 class ServerReads:
     """New entries of many streams after their cursors, on one server: one blocking XREAD."""
 
+    connections = 1
+
     def __init__(self, r: aioredis.Redis) -> None:
         self.r = r
 
@@ -254,7 +272,10 @@ class Batcher:
             queued = build(pipe)
             if inspect.iscoroutine(queued):  # scripts queue themselves asynchronously (never await a
                 await queued  # cluster pipeline itself: that empties it)
-        replies = await pipe.execute(raise_on_error=False)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its
+            raise aioredis.ConnectionError(f"cluster topology changed mid-pipeline ({exc})") from exc  # nodes
         if len(replies) != len(builds):
             raise RuntimeError(f"batcher: {len(builds)} commands queued but {len(replies)} replies")
         for i, reply in enumerate(replies):

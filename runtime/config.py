@@ -45,6 +45,8 @@ class Config:
     coalesce_ms: float = 15.0
     heartbeat_ms: int = 1000
     heartbeat_ttl_ms: int = 3000
+    outage_s: float = 15.0  # a decoder retries its token-log writes this long while redis is unreachable
+    # (a cluster failover, a restart) before it abandons the turn, which is then regenerated
     pin_default_s: float = 5.0
     pin_max_s: float = 60.0
     kv_routing: str = "prefix"  # "prefix": new turns go to the decoder holding their prefix | "off"

@@ -250,6 +250,11 @@ class ClusterReads:
         self._retry_at = time.monotonic() + RETRY_S
         self._stale = True
 
+    @property
+    def connections(self) -> int:
+        """Connections held now: a reader and a listener per master."""
+        return 2 * len(self._links)
+
     async def aclose(self) -> None:
         links, self._links = list(self._links.values()), {}
         await asyncio.gather(*(link.close() for link in links))

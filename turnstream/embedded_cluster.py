@@ -36,12 +36,12 @@ class EmbeddedCluster:
     """``masters`` masters with ``replicas`` replicas each, on 127.0.0.1; a context manager."""
 
     def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000,
-                 data_dir: str | Path | None = None) -> None:
+                 data_dir: str | Path | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.n_masters, self.n_replicas, self.node_timeout_ms = masters, replicas, node_timeout_ms
         args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(node_timeout_ms), "--cluster-replica-validity-factor", "0",
                 "--cluster-allow-replica-migration", "no", "--repl-diskless-sync", "yes",
-                "--repl-diskless-sync-delay", "0")
+                "--repl-diskless-sync-delay", "0", *extra_args)
         root = Path(data_dir) if data_dir else None
         self.bus_ports: list[int] = []  # each node's cluster bus port (its own free port, not port + 10000)
         self.nodes: list[EmbeddedRedis] = []

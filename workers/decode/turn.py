@@ -7,6 +7,11 @@
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
 continuation is sent) and never builds or parses messages itself.  Between chunks it checks,
 at most every ``AbortCheck.interval_s``, whether the session was cancelled.
+
+While redis is unreachable (a cluster master failing over, a restart) its writes are retried
+for up to ``outage_s`` and the turn goes on where it was; a write retried after its reply was
+lost appends the chunk twice, and the parser skips the repeat (same ``seq``).  Past
+``outage_s`` the turn is abandoned and regenerated as a new attempt.
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ class TurnRun:
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(self.parts))
         self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
-        await self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end), bus.TOKEN_STREAM_MAXLEN)
+        await self._through(lambda: self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end),
+                                                             bus.TOKEN_STREAM_MAXLEN))
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
 
@@ -128,14 +134,21 @@ class TurnRun:
         self.seq += 1
         stream = keys.tokens(self.sid)
         if not abort.due(now):
-            await self.w.batcher.call(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
-                                                             maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
+            await self._through(lambda: self.w.batcher.call(lambda pipe: pipe.xadd(
+                stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)))
             return
+        status, turn = await self._through(lambda: self._write_and_check(stream, chunk))
+        await abort.apply(status, turn)
+
+    async def _write_and_check(self, stream: str, chunk: bytes) -> list:
+        """XADD the chunk and read the session's status and turn, in one round trip."""
         pipe = self.w.r.pipeline(transaction=False)
         pipe.xadd(stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
         pipe.hmget(keys.session(self.sid), "status", "turn")
-        _, (status, turn) = await pipe.execute()
-        await abort.apply(status, turn)
+        return (await pipe.execute())[1]
+
+    async def _through(self, call: Any) -> Any:
+        return await bus.through_outage(call, self.w.cfg.outage_s, f"sid={self.sid} turn={self.turn}")
 
     async def _abandon(self, gen: Any) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
@@ -149,8 +162,9 @@ class TurnRun:
     async def _event(self, seq: int, body: Any) -> None:
         ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
                    body=body)
-        await self.w.sessions.publish_once(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
-                                           [(seq, encode(ev))], bus.EVENT_STREAM_MAXLEN)
+        data = encode(ev)
+        await self._through(lambda: self.w.sessions.publish_once(
+            self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))
 
 
 async def _with_prefill(gen: AsyncIterator[GenerateDelta], prefill: str) -> AsyncIterator[GenerateDelta]:

@@ -79,6 +79,7 @@ class TurnParse:
         self.w, self.job = w, job
         self.sid, self.turn, self.attempt = job.sid, job.turn, job.attempt
         self.seq = 0
+        self.next_chunk = 0  # token chunks of the attempt come with seq 0, 1, ...; a repeat is skipped
         self.calls: list[Call] = []
         self.content: list[str] = []
         self.reasoning: list[str] = []
@@ -114,6 +115,9 @@ class TurnParse:
         if tok.attempt > self.attempt:
             raise TurnSuperseded()
         if isinstance(tok, TokenChunk):
+            if tok.seq < self.next_chunk:
+                return False  # written twice: the decoder retried a write whose reply was lost (a failover)
+            self.next_chunk = tok.seq + 1
             await self._emit(self.parser.feed(tok.text), t0=tok.t_emit)
             return False
         await self._end(tok)
