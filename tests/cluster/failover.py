@@ -31,6 +31,7 @@ class Kill:
     at: float  # time.time() of the SIGKILL
     port: int
     sessions: list[Client]
+    healthy_s: float = float("nan")  # kill -> the cluster says ok again (its replica promoted)
     first_s: float = float("nan")  # kill -> first post-kill event of one of its sessions at a client
     all_s: float = float("nan")  # kill -> every one of its sessions had one
 
@@ -43,7 +44,8 @@ class FailoverVerdict:
 
     def summary(self) -> str:
         firsts = [k.first_s for k in self.kills]
-        return (f"{len(self.kills)} master kills; kill -> first event after it: "
+        return (f"{len(self.kills)} master kills; kill -> cluster ok again (replica promoted): "
+                f"{', '.join(f'{k.healthy_s * 1000:.0f} ms' for k in self.kills)}; kill -> first event after it: "
                 f"{', '.join(f'{s * 1000:.0f} ms' for s in firsts)} (median {statistics.median(firsts) * 1000:.0f} ms); "
                 f"-> every session of the killed master resumed: {', '.join(f'{k.all_s * 1000:.0f} ms' for k in self.kills)}; "
                 f"{self.reconnects} client reconnects, {len(self.problems)} problems")
@@ -89,9 +91,11 @@ async def run_failover(stack, cluster, sessions: int, kills: int, start_over_s: 
     async with asyncio.timeout(timeout_s):
         for _ in range(kills):
             master, victims = await _victim(cluster, clients)
-            verdict.kills.append(Kill(time.time(), master.port, victims))
+            kill = Kill(time.time(), master.port, victims)
+            verdict.kills.append(kill)
             cluster.kill(master)
             await asyncio.to_thread(cluster.wait_healthy)  # its replica took over
+            kill.healthy_s = time.time() - kill.at
             if restart:
                 await asyncio.to_thread(master.start)  # rejoins as a replica of the new master
                 await asyncio.to_thread(cluster.wait_healthy)
