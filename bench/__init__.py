@@ -22,7 +22,8 @@ def run_bench(name: str, argv: list[str]) -> int:
         try:
             module = importlib.import_module(f"bench.{n}")
         except ModuleNotFoundError as exc:
-            print(f"turnstream bench {n}: not available ({exc})", file=sys.stderr)
+            print(f"turnstream bench {n}: not available ({exc}); install the bench extra: "
+                  "pip install 'turnstream[bench]'", file=sys.stderr)
             rc = rc or 1
             continue
         print(f"== bench {n} ==", flush=True)

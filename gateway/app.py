@@ -2,18 +2,22 @@
 
 Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.sessions``,
-``gateway.streams``).  Open: ``/healthz``, ``/metrics``, the playground (``/``), the OpenAPI
-schema.  Every error is in OpenAI's shape (``gateway.errors``).
+``gateway.streams``).  Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a
+decoder is alive), ``/metrics``, the playground (``/``), the OpenAPI schema.  Every error is in
+OpenAI's shape (``gateway.errors``).  The process beats ``ts:gateway:hb:{id}`` like the workers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from collections.abc import AsyncIterator
 
+import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -29,6 +33,7 @@ from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
 from runtime import bus
 from runtime.config import Config
+from runtime.heartbeat import Heartbeat, live
 from runtime.tool_catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
@@ -51,10 +56,17 @@ def create_app(cfg: Config) -> FastAPI:
         reader = bus.connect(cfg.redis_url)
         s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
         await s.relay.start()
+        s.heartbeat = Heartbeat(s.redis, "gateway", f"gateway-{s.relay.gateway_id}", cfg.heartbeat_ms,
+                                cfg.heartbeat_ttl_ms, lambda: {"port": cfg.port, "subscribers": s.relay.subscribers})
+        await s.heartbeat.beat()
+        beats = asyncio.create_task(s.heartbeat.loop())
         log.info("gateway up on %s:%d (relay %s)", cfg.host, cfg.port, s.relay.gateway_id)
         try:
             yield
         finally:
+            beats.cancel()
+            with contextlib.suppress(Exception):
+                await s.heartbeat.stop()
             await s.relay.stop()
             await reader.aclose()
             await s.redis.aclose()
@@ -89,7 +101,7 @@ def serve(cfg: Config) -> None:
 
     app = create_app(cfg)
     server = uvicorn.Server(uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), ws="websockets-sansio",
+        app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), log_config=None, ws="websockets-sansio",
         ws_max_size=cfg.max_request_bytes, timeout_graceful_shutdown=5))
     uvicorn_exit = server.handle_exit
 
@@ -105,10 +117,23 @@ def serve(cfg: Config) -> None:
 
 def _add_open_routes(app: FastAPI) -> None:
     @app.get("/healthz", tags=["ops"])
-    async def healthz(request: Request) -> dict[str, str]:
-        """200 when Redis answers."""
-        await request.app.state.redis.ping()
+    async def healthz() -> dict[str, str]:
+        """200 while the process is up (liveness)."""
         return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: why, in OpenAI's error shape"}})
+    async def readyz(request: Request) -> dict[str, object]:
+        """200 when Redis answers and at least one decoder is alive (readiness); else 503 saying why."""
+        try:
+            await request.app.state.redis.ping()
+            beats = await live(request.app.state.redis)
+        except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            raise errors.ApiError(503, f"redis unavailable: {exc}", type="server_error", code="not_ready") from None
+        counts = {k: sum(1 for b in beats.values() if b.get("kind") == k) for k in ("gateway", "decode", "parser",
+                                                                                   "tools")}
+        if not counts["decode"]:
+            raise errors.ApiError(503, "no decode worker is alive", type="server_error", code="not_ready")
+        return {"status": "ready", "live": counts}
 
     @app.get("/metrics", tags=["ops"], response_class=Response,
              responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
@@ -121,5 +146,9 @@ def _add_open_routes(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def playground() -> FileResponse:
         return FileResponse(STATIC / "index.html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:  # browsers ask for it on any page, /docs included
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -20,6 +20,7 @@ from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
 from runtime.routing import conversation_key
+from runtime.session import Status
 from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
@@ -67,7 +68,7 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
     await o.start(sid, route_key=conversation_key(messages, tools))
-    return {"id": sid, "object": "session", "status": "active", **_links(sid)}
+    return {"id": sid, "object": "session", "status": Status.ACTIVE.value, **_links(sid)}
 
 
 @router.get("/v1/sessions/{sid}")
@@ -85,7 +86,7 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     """
     check_counts(request.app.state.cfg, max_turns=body.max_turns)
     turn, after = await ops(request).add_message(sid, who, flatten(body.content) or "", body.max_turns)
-    return {"id": sid, "status": "active", "turn": turn, "after": after, **_links(sid, after)}
+    return {"id": sid, "status": Status.ACTIVE.value, "turn": turn, "after": after, **_links(sid, after)}
 
 
 @router.post("/v1/sessions/{sid}/tool_results")

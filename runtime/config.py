@@ -1,20 +1,28 @@
 """Typed configuration: one frozen object per process, from flags and ``TURNSTREAM_*`` variables.
 
 Precedence: explicit flag > environment variable > default.  Invalid values raise
-``ConfigError`` naming the key and the value.
+``ConfigError`` naming the key and the value; an unknown ``TURNSTREAM_*`` variable is reported.
+
+Every key is declared once, below, with its default, its help text and the processes that
+read it (``Config.keys_for``): the CLI offers each process exactly its own flags, with that
+help and default, and the README's configuration table lists the same keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "tiny-agent"
+ENV_PREFIX = "TURNSTREAM_"
+KINDS = ("gateway", "decode", "parser", "tools")  # the processes
+WORKERS = ("decode", "parser", "tools")
 
 
 def default_worker_id(kind: str) -> str:
@@ -26,60 +34,88 @@ class ConfigError(ValueError):
     """A configuration key has an invalid value."""
 
 
+def opt(default: Any, help: str, *kinds: str) -> Any:
+    """A configuration key: its default, what it does, and which processes read it (none: all)."""
+    for k in kinds:
+        assert k in KINDS, k
+    meta = {"help": help, "kinds": kinds or KINDS}
+    if isinstance(default, tuple):
+        return dataclasses.field(default_factory=lambda: default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class Config:
-    redis_url: str = ""  # empty: `turnstream up` starts the embedded server; redis+cluster://h:p[,h:p] a cluster
-    queue_url: str = ""  # arq's Redis (must be non-cluster); defaults to redis_url, required with a cluster
-    worker_id: str = ""  # defaults to "<kind>-<host>-<pid>"
+    # broker
+    redis_url: str = opt("", "Redis/Valkey >= 7 URL, or redis+cluster://host:port[,host:port...] for a Redis "
+                             "Cluster; empty: `turnstream up` starts the embedded server")
+    queue_url: str = opt("", "the tool queues' Redis (arq; must not be a cluster); empty: redis_url "
+                             "(required when redis_url is a cluster)", "parser", "tools")
+    worker_id: str = opt("", "this process's id; empty: <kind>-<host>-<pid>", *WORKERS)
     # decode
-    engine: str = "native"  # "native" | "vllm" | "replay" (the test/benchmark engine)
-    model: str = str(DEFAULT_MODEL_DIR)
-    device: str = "cpu"
-    native_args: str = ""  # engine=native: JSON object of EngineConfig overrides, e.g. {"num_blocks": 4096}
-    tool_format: str = "hermes"
-    reasoning: str = ""  # "" | "think" | "think_forced"
-    replay_rate: float = 50.0  # tokens per second of the ReplayEngine
-    replay_script: str = ""  # JSON list of per-turn templates; default: the built-in demo script
-    vllm_args: str = ""  # engine=vllm: JSON object of extra vLLM engine arguments, e.g. {"enforce_eager": true}
-    coalesce_tokens: int = 4
-    coalesce_ms: float = 15.0
-    heartbeat_ms: int = 1000
-    heartbeat_ttl_ms: int = 3000
-    outage_s: float = 15.0  # a decoder retries its token-log writes this long while redis is unreachable
-    # (a cluster failover, a restart) before it abandons the turn, which is then regenerated
-    pin_default_s: float = 5.0
-    pin_max_s: float = 60.0
-    kv_routing: str = "prefix"  # "prefix": new turns go to the decoder holding their prefix | "off"
-    route_ttl_s: int = 600  # how long a conversation's route is remembered
-    route_max_imbalance: int = 1  # pass a route over when its decoder has more turns in flight than the least busy + this
-    # parser / consumers
-    reclaim_idle_ms: int = 3000
-    block_ms: int = 1000
+    engine: str = opt("native", "decode engine: native | vllm | replay (a test/benchmark double that streams "
+                                "scripted text)", "decode")
+    model: str = opt(str(DEFAULT_MODEL_DIR), "HF safetensors model directory (the gateway reads its tokenizer)",
+                     "decode", "gateway")
+    device: str = opt("cpu", "torch device of the native engine (cpu, cuda, cuda:1)", "decode")
+    native_args: str = opt("", 'JSON object of native engine settings, e.g. {"num_blocks": 4096}', "decode")
+    vllm_args: str = opt("", 'JSON object of extra vLLM engine arguments, e.g. {"block_size": 32}', "decode")
+    replay_rate: float = opt(50.0, "tokens per second of the replay engine", "decode")
+    replay_script: str = opt("", "JSON file: a list of per-turn templates for the replay engine", "decode")
+    tool_format: str = opt("hermes", "the model's tool-call format (see `workers.parser.FORMATS`)",
+                           "decode", "parser", "gateway")
+    reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
+    coalesce_tokens: int = opt(4, "token-log chunking: at most this many tokens per chunk", "decode")
+    coalesce_ms: float = opt(15.0, "token-log chunking: at most this long between chunks (the first token "
+                                   "goes at once)", "decode")
+    heartbeat_ms: int = opt(1000, "how often a worker reports it is alive", *WORKERS)
+    heartbeat_ttl_ms: int = opt(3000, "a worker silent this long is dead", *WORKERS)
+    outage_s: float = opt(15.0, "a decoder retries its token-log writes this long while redis is unreachable "
+                                "(a cluster failover, a restart) before it abandons the turn (regenerated)",
+                          "decode")
+    pin_default_s: float = opt(5.0, "KV pin deadline before a tool's duration is known", "decode")
+    pin_max_s: float = opt(60.0, "KV pin deadline cap", "decode")
+    kv_routing: str = opt("prefix", "prefix: a new turn goes to the decoder holding its prefix | off",
+                          "decode", "gateway")
+    route_ttl_s: int = opt(600, "how long a conversation's decoder is remembered", "decode", "gateway")
+    route_max_imbalance: int = opt(1, "pass a route over when its decoder runs more turns than the least busy "
+                                      "one plus this", "decode", "gateway")
+    # consumers
+    reclaim_idle_ms: int = opt(3000, "idle time before a dead consumer's jobs are taken over", "decode", "parser")
+    block_ms: int = opt(1000, "longest blocking read of a job or token stream", "decode", "parser")
     # tools
-    pool: str = "default"
-    tools_config: str = ""
-    tool_max_jobs: int = 16
-    dispatch: str = "on_close"  # "on_close" | "after_turn" (for the overlap benchmark)
+    pool: str = opt("default", "the tool pool this tool worker serves", "tools")
+    tools_config: str = opt("", "TOML tools file (MCP servers, HTTP tools, policies); empty: the built-ins",
+                            "tools")
+    tool_max_jobs: int = opt(16, "concurrent jobs of one tool worker", "tools")
+    dispatch: str = opt("on_close", "on_close: a call runs when it closes | after_turn (for the overlap "
+                                    "benchmark only)", "parser")
     # sessions
-    max_turns: int = 8
-    session_ttl_s: int = 3600
-    sweep_after_s: float = 2.0
-    client_tool_timeout_s: float = 300.0
+    max_turns: int = opt(8, "turns of a session when the request does not say", "gateway")
+    session_ttl_s: int = opt(3600, "keys of ended sessions expire after this long")
+    sweep_after_s: float = opt(2.0, "a completed turn not continued within this long is continued by the sweep",
+                               "decode")
+    client_tool_timeout_s: float = opt(300.0, "wait for a client-side tool's result", "decode")
     # gateway
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_keys: tuple[str, ...] = field(default_factory=tuple)  # plaintext or "sha256:<hex>"; none = open
-    api_keys_file: str = ""  # one key (plaintext or "sha256:<hex>") per line, '#' comments
-    served_model_name: str = ""  # the model id of /v1/models; default: the model directory's name
-    max_request_bytes: int = 1_048_576
-    max_messages: int = 512
-    max_tools: int = 128
-    max_turns_limit: int = 64
-    max_tokens_limit: int = 32_768
-    rate_limit_rps: float = 10.0  # per API key (token bucket in Redis); <= 0 disables
-    rate_limit_burst: int = 40
-    relay_queue_size: int = 1024  # events buffered per subscriber before it is dropped
-    log_level: str = "INFO"
+    host: str = opt("127.0.0.1", "gateway listen address", "gateway")
+    port: int = opt(8000, "gateway listen port", "gateway")
+    api_keys: tuple[str, ...] = opt((), "comma-separated API keys (plaintext or sha256:<hex>); none: open mode",
+                                    "gateway")
+    api_keys_file: str = opt("", "file of API keys, one per line ('#' comments)", "gateway")
+    served_model_name: str = opt("", "the model id of the OpenAI API; empty: the model directory's name",
+                                 "gateway")
+    max_request_bytes: int = opt(1_048_576, "largest request body (413 above)", "gateway")
+    max_messages: int = opt(512, "most messages in one request", "gateway")
+    max_tools: int = opt(128, "most tools in one request", "gateway")
+    max_turns_limit: int = opt(64, "most max_turns a request may ask for", "gateway")
+    max_tokens_limit: int = opt(32_768, "most max_tokens a request may ask for", "gateway")
+    rate_limit_rps: float = opt(10.0, "per-key token bucket rate (<= 0 disables; off in open mode)", "gateway")
+    rate_limit_burst: int = opt(40, "per-key token bucket size", "gateway")
+    relay_queue_size: int = opt(1024, "events buffered per subscriber before it is dropped (close 4008)",
+                                "gateway")
+    # logs
+    log_level: str = opt("INFO", "DEBUG | INFO | WARNING | ERROR")
+    log_format: str = opt("text", "text | json (one object per line, with the session id)")
 
     @property
     def arq_url(self) -> str:
@@ -93,9 +129,18 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
+    @staticmethod
+    def keys_for(*kinds: str) -> list[dataclasses.Field]:
+        """The keys any of these processes reads, in declaration order."""
+        return [f for f in fields(Config) if set(kinds) & set(f.metadata["kinds"])]
 
-_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"}, "kv_routing": {"prefix", "off"},
-            "reasoning": {"", "think", "think_forced"}}
+
+_CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
+            "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
+            "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"}}
+_POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
+             "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
+             "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:
@@ -107,17 +152,29 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
         if typ in ("float", float):
             return float(raw)
         if "tuple" in str(typ):
-            return tuple(x for x in (raw.split(",") if isinstance(raw, str) else raw) if x)
-        return str(raw)
+            return tuple(x.strip() for x in (raw.split(",") if isinstance(raw, str) else raw) if x.strip())
+        return str(raw).upper() if name == "log_level" else str(raw)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{name}: invalid value {raw!r} ({exc})") from exc
+
+
+def unknown_env(environ: dict[str, str] | None = None) -> list[str]:
+    """``TURNSTREAM_*`` variables that name no key, each with the closest key if one is close."""
+    names = [f.name for f in fields(Config)]
+    out = []
+    for var in sorted(environ if environ is not None else os.environ):
+        key = var[len(ENV_PREFIX):].lower()
+        if var.startswith(ENV_PREFIX) and key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            out.append(var + (f" (did you mean {ENV_PREFIX}{close[0].upper()}?)" if close else ""))
+    return out
 
 
 def load_config(**overrides: Any) -> Config:
     """Defaults, then ``TURNSTREAM_<KEY>`` environment variables, then non-None ``overrides``."""
     values: dict[str, Any] = {}
     for f in fields(Config):
-        env = os.environ.get(f"TURNSTREAM_{f.name.upper()}")
+        env = os.environ.get(f"{ENV_PREFIX}{f.name.upper()}")
         if env is not None:
             values[f.name] = _coerce(f.name, f.type, env)
         if overrides.get(f.name) is not None:
@@ -135,16 +192,12 @@ def _validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value not in allowed:
             raise ConfigError(f"{name}: invalid value {value!r}; expected one of {sorted(allowed)}")
-    for name in ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
-                 "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
-                 "rate_limit_burst", "relay_queue_size"):
+    for name in _POSITIVE:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:
         raise ConfigError(f"heartbeat_ttl_ms: {cfg.heartbeat_ttl_ms} must exceed heartbeat_ms {cfg.heartbeat_ms}")
     _validate_urls(cfg)
-    if cfg.replay_rate <= 0:
-        raise ConfigError(f"replay_rate: invalid value {cfg.replay_rate!r}; must be > 0")
 
 
 def _validate_urls(cfg: Config) -> None:

@@ -90,6 +90,7 @@ class Turns:
             message = await self.sessions.turn_message(sid, turn) or {}
             if client_calls(message, info):
                 await self.end(sid, turn, "tool_calls", info=info)
+                await self.barrier.mark_sent(sid, turn)
                 return
         if turn + 1 >= info.max_turns:
             await self.end(sid, turn, "max_turns", info=info)

@@ -5,7 +5,8 @@ one session's keys share a slot and no script ever touches two slots.
 
     ts:decode:jobs              stream, group "decode": new turns, orphaned continuations
     ts:decode:w:{worker}        stream, group "decode": continuations for the decoder holding the KV
-    ts:decode:hb:{worker}       string + TTL: decoder liveness, load, free KV blocks
+    ts:{kind}:hb:{worker}       string + TTL: a process's liveness and load (kind: decode, parser,
+                                tools, gateway; a decoder's also says its free KV blocks)
     ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
     ts:decode:load              hash: decoder -> turns it is generating now (for routing)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
@@ -42,7 +43,7 @@ ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
 TOOL_SPECS = f"{PREFIX}:tools:specs"
 SWEEP_LOCK = f"{PREFIX}:sweep:lock"
 DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
-DECODER_KEYS_PATTERN = f"{PREFIX}:decode:*"  # job streams, private streams, heartbeats
+HEARTBEAT_PATTERN = f"{PREFIX}:*:hb:*"
 
 
 def decoder_jobs(worker: str) -> str:
@@ -50,8 +51,13 @@ def decoder_jobs(worker: str) -> str:
     return f"{PREFIX}:decode:w:{worker}"
 
 
+def heartbeat(kind: str, worker: str) -> str:
+    """The liveness key of one process of ``kind`` (decode, parser, tools, gateway)."""
+    return f"{PREFIX}:{kind}:hb:{worker}"
+
+
 def decoder_heartbeat(worker: str) -> str:
-    return f"{PREFIX}:decode:hb:{worker}"
+    return heartbeat("decode", worker)
 
 
 def decoder_route(key: str) -> str:

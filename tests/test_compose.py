@@ -39,6 +39,25 @@ def test_compose_runs_every_worker_type() -> None:
     assert services["parser"]["command"] == ["worker", "parser"]
 
 
+def test_images_and_defaults_a_user_gets() -> None:
+    """Decoders get the engine image and the native engine on the bundled model; the rest no torch;
+    gateways can be scaled; images run as a non-root user with a HEALTHCHECK; deps come before sources."""
+    import yaml
+
+    services = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]
+    assert services["decode"]["build"]["target"] == "engine"
+    assert services["decode"]["environment"]["TURNSTREAM_ENGINE"] == "${TURNSTREAM_ENGINE:-native}"
+    assert {services[k]["build"]["target"] for k in ("gateway", "parser", "tools")} == {"app"}
+    assert services["gateway"]["ports"] == ["8000-8009:8000"]  # room for --scale gateway=N
+    docker = (REPO / "Dockerfile").read_text()
+    for target in ("app", "engine"):
+        stage = docker.split(f" AS {target}\n", 1)[1].split("\nFROM ", 1)[0]
+        assert "USER turnstream" in stage and "HEALTHCHECK" in stage and '"healthcheck"' in stage
+    assert docker.index("pip install . &&") < docker.index("COPY runtime")  # the dependency layer first
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert {".git", ".venv*"} <= set(ignored)
+
+
 def test_compose_cluster_profile_runs_replicas_of_every_worker_on_a_cluster() -> None:
     import yaml
 

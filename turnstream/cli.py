@@ -2,12 +2,17 @@
 
     turnstream up [--redis-url URL]        embedded server + one worker of each type + gateway
     turnstream demo                        up, one agent conversation, down
-    turnstream worker {decode,parser,tools} [--pool NAME]
+    turnstream worker {decode,parser,tools}
     turnstream gateway
+    turnstream status                      the live processes of each kind, with their load
+    turnstream healthcheck                 is this container's process alive (Docker HEALTHCHECK)
     turnstream chat "message"              create a session and print its live stream
     turnstream tools list                  the tool registry with schemas
     turnstream bench NAME | all            benchmarks (bench/)
     turnstream eval tiny                   held-out evaluation of the bundled model
+
+Each command offers the configuration flags of the processes it runs (``runtime.config``: one
+table of keys with their help and defaults); every flag also reads ``TURNSTREAM_<KEY>``.
 """
 
 from __future__ import annotations
@@ -18,35 +23,36 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import MISSING, Field
 from typing import Any
 
-from runtime.config import Config, ConfigError, load_config
+from runtime.config import ENV_PREFIX, KINDS, Config, ConfigError, load_config, unknown_env
+from turnstream import __version__
+from turnstream.logs import setup_logging
 
 log = logging.getLogger("turnstream")
 
-_CONFIG_FLAGS = {
-    "--redis-url": "redis_url", "--queue-url": "queue_url", "--worker-id": "worker_id", "--engine": "engine",
-    "--model": "model", "--device": "device", "--tool-format": "tool_format", "--reasoning": "reasoning",
-    "--replay-rate": "replay_rate", "--pool": "pool", "--tools-config": "tools_config", "--host": "host",
-    "--port": "port", "--max-turns": "max_turns", "--dispatch": "dispatch", "--log-level": "log_level",
-    "--reclaim-idle-ms": "reclaim_idle_ms", "--replay-script": "replay_script", "--vllm-args": "vllm_args",
-    "--api-keys-file": "api_keys_file", "--served-model-name": "served_model_name",
-}
+# which processes each command runs (its flags are theirs)
+_COMMAND_KINDS = {"up": KINDS, "demo": KINDS, "gateway": ("gateway",), "decode": ("decode",),
+                  "parser": ("parser",), "tools": ("tools",)}
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    for flag, dest in _CONFIG_FLAGS.items():
-        p.add_argument(flag, dest=dest, default=None)
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
 
 
-def _config(args: argparse.Namespace) -> Config:
-    given = {dest: getattr(args, dest, None) for dest in _CONFIG_FLAGS.values()}
+def _add_config_flags(p: argparse.ArgumentParser, kinds: tuple[str, ...]) -> None:
+    group = p.add_argument_group("configuration (flag > TURNSTREAM_<KEY> > default)")
+    for f in Config.keys_for(*kinds):
+        default = _default(f)
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
+                           help=f"{f.metadata['help']} (default: {shown!r})")
+
+
+def _config(args: argparse.Namespace, kinds: tuple[str, ...]) -> Config:
+    given = {f.name: getattr(args, f.name, None) for f in Config.keys_for(*kinds)}
     return load_config(**{k: v for k, v in given.items() if v is not None})
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
 
 
 async def _until_signalled(main: Any) -> None:
@@ -111,76 +117,93 @@ async def _worker(kind: str, cfg: Config) -> None:
         await r.aclose()
 
 
-def _gateway(cfg: Config) -> None:
-    from gateway.app import serve
-
-    serve(cfg)
-
-
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="turnstream", description="Serve tool-calling LLM agents on Redis Streams.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "demo", "gateway"):
-        p = sub.add_parser(name)
-        _add_config_flags(p)
-        p.add_argument("--workers", default="decode,parser,tools", help="worker kinds to start (up/demo)")
-        p.add_argument("--data-dir", default=None, help="embedded server data dir (append-only file kept there)")
-    w = sub.add_parser("worker")
-    w.add_argument("kind", choices=["decode", "parser", "tools"])
-    _add_config_flags(w)
-    c = sub.add_parser("chat")
+    ap.add_argument("--version", action="version", version=f"turnstream {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, what in (("up", "the whole stack on this machine until Ctrl-C"),
+                       ("demo", "the stack, one agent conversation, then stop")):
+        p = sub.add_parser(name, help=what, description=what)
+        p.add_argument("--workers", default="decode,parser,tools", help="worker kinds to start (default: %(default)s)")
+        p.add_argument("--data-dir", default=None, help="embedded server data dir, append-only file kept there "
+                                                        "(default: a temporary dir)")
+        _add_config_flags(p, KINDS)
+    g = sub.add_parser("gateway", help="the HTTP/WebSocket gateway", description="the HTTP/WebSocket gateway")
+    _add_config_flags(g, ("gateway",))
+    w = sub.add_parser("worker", help="one worker process", description="one worker process")
+    kinds = w.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, what in (("decode", "a decode worker (the engine)"), ("parser", "a parser worker"),
+                       ("tools", "a tool worker of one pool")):
+        _add_config_flags(kinds.add_parser(kind, help=what, description=what), (kind,))
+    sub.add_parser("healthcheck", help="exit 0 when this container's turnstream process is alive (Docker)")
+    st = sub.add_parser("status", help="the live processes of each kind, with their load")
+    st.add_argument("--redis-url", dest="redis_url", default=None, metavar="REDIS_URL",
+                    help="the deployment's Redis (default: TURNSTREAM_REDIS_URL)")
+    c = sub.add_parser("chat", help="create a session and print its live stream")
     c.add_argument("message")
-    c.add_argument("--url", default="http://127.0.0.1:8000")
-    c.add_argument("--max-turns", type=int, default=8)
-    c.add_argument("--api-key", default=None)
-    t = sub.add_parser("tools")
+    c.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default: %(default)s)")
+    c.add_argument("--max-turns", type=int, default=8, help="turns allowed (default: %(default)s)")
+    c.add_argument("--api-key", default=None, help="API key (default: none, for an open gateway)")
+    t = sub.add_parser("tools", help="the tool registry with schemas")
     t.add_argument("action", choices=["list"])
-    _add_config_flags(t)
-    b = sub.add_parser("bench")
+    _add_config_flags(t, ("tools",))
+    b = sub.add_parser("bench", help="benchmarks: turnstream bench NAME --help")
     b.add_argument("name")
     b.add_argument("rest", nargs=argparse.REMAINDER)
-    e = sub.add_parser("eval")
+    e = sub.add_parser("eval", help="held-out evaluation of the bundled model")
     e.add_argument("name", choices=["tiny"])
     e.add_argument("rest", nargs=argparse.REMAINDER)
     return ap
 
 
+def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.cmd == "worker":
+        return (args.kind,)
+    return _COMMAND_KINDS.get(args.cmd, ("tools",) if args.cmd == "tools" else ())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        cfg = _config(args) if hasattr(args, "redis_url") else load_config()
-        if args.cmd == "demo" and args.log_level is None and "TURNSTREAM_LOG_LEVEL" not in os.environ:
+        cfg = _config(args, _kinds(args)) if _kinds(args) else load_config(redis_url=getattr(args, "redis_url", None))
+        if args.cmd == "demo" and args.log_level is None and f"{ENV_PREFIX}LOG_LEVEL" not in os.environ:
             cfg = cfg.replace(log_level="ERROR")  # the demo's output is the transcript; logs only on errors
     except ConfigError as exc:
         print(f"turnstream: configuration error: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(cfg.log_level)
+    setup_logging(cfg.log_level, cfg.log_format)
+    for var in unknown_env():
+        log.warning("unknown configuration variable %s is ignored", var)
+    return _run(args, cfg)
+
+
+def _run(args: argparse.Namespace, cfg: Config) -> int:
     if args.cmd == "worker":
         asyncio.run(_worker(args.kind, cfg))
         return 0
     if args.cmd == "gateway":
-        _gateway(cfg)
+        from gateway.app import serve
+
+        serve(cfg)
         return 0
     if args.cmd in ("up", "demo"):
         from turnstream.stack import run_stack
 
         return run_stack(cfg, args.workers.split(","), demo=args.cmd == "demo", data_dir=args.data_dir)
+    if args.cmd == "healthcheck":
+        from turnstream.healthcheck import healthcheck
+
+        return healthcheck(cfg)
+    if args.cmd == "status":
+        from turnstream.status import status
+
+        return asyncio.run(status(cfg.redis_url))
     if args.cmd == "chat":
         from turnstream.chat import chat
 
         return asyncio.run(chat(args.url, args.message, max_turns=args.max_turns, api_key=args.api_key))
     if args.cmd == "tools":
-        from workers.tools import format_registry
-
-        async def show() -> str:
-            registry = await _registry(cfg)
-            try:
-                return format_registry(registry)
-            finally:
-                await registry.aclose()
-
-        print(asyncio.run(show()))
-        return 0
+        return _tools_list(cfg)
     if args.cmd == "bench":
         from bench import run_bench
 
@@ -188,6 +211,20 @@ def main(argv: list[str] | None = None) -> int:
     from training.evaluate import main as eval_main
 
     return eval_main(args.rest)
+
+
+def _tools_list(cfg: Config) -> int:
+    from workers.tools import format_registry
+
+    async def show() -> str:
+        registry = await _registry(cfg)
+        try:
+            return format_registry(registry)
+        finally:
+            await registry.aclose()
+
+    print(asyncio.run(show()))
+    return 0
 
 
 if __name__ == "__main__":

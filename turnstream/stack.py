@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 
@@ -34,39 +35,45 @@ def child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def spawn(args: list[str], cfg: Config) -> subprocess.Popen:
+def spawn(args: list[str], cfg: Config, **popen: Any) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=child_env(cfg),
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, **popen)
 
 
-def spawn_kind(kind: str, cfg: Config) -> subprocess.Popen:
+def spawn_kind(kind: str, cfg: Config, **popen: Any) -> subprocess.Popen:
     """One process of ``kind``: a worker kind (decode, parser, tools) or ``gateway``."""
-    return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg)
+    return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg, **popen)
 
 
 def start_processes(cfg: Config, kinds: list[str]) -> list[tuple[str, subprocess.Popen]]:
-    """One process per entry of ``kinds``, returned once the gateway answers; all stopped on failure."""
+    """One process per entry of ``kinds``, returned once every one of them is live (the gateway's
+    ``/readyz`` counts their heartbeats); all stopped on failure."""
     procs = [(k, spawn_kind(k, cfg)) for k in kinds if k]
     try:
-        wait_healthy(f"http://{cfg.host}:{cfg.port}", [p for _, p in procs])
+        wait_ready(f"http://{cfg.host}:{cfg.port}", procs)
     except BaseException:
         stop_all([p for _, p in procs])
         raise
     return procs
 
 
-def wait_healthy(url: str, procs: list[subprocess.Popen], timeout_s: float = 60.0) -> None:
+def wait_ready(url: str, procs: list[tuple[str, subprocess.Popen]], timeout_s: float = 120.0) -> None:
+    """Until the gateway answers and, when decoders were started, reports every started process live."""
+    want = {k: sum(1 for kind, _ in procs if kind == k) for k, _ in procs}
+    path = "/readyz" if want.get("decode") else "/healthz"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
+        if any(p.poll() is not None for _, p in procs):
             raise RuntimeError("a turnstream process exited during start-up")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+            resp = httpx.get(url + path, timeout=1.0)
+            if resp.status_code == 200 and (path == "/healthz" or
+                                            all(resp.json()["live"].get(k, 0) >= n for k, n in want.items())):
                 return
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"gateway not healthy at {url} after {timeout_s}s")
+    raise RuntimeError(f"the stack at {url} was not ready after {timeout_s}s")
 
 
 def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:

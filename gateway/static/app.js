@@ -1,245 +1,297 @@
-// turnstream playground: runs a session and renders its live event stream. No build step.
+// turnstream playground: the page's controller -- the API key, the settings, the composer,
+// the session id in the address, and the page's state.  No build step: ES modules, plain DOM.
+//
+// Page states (body[data-state], the header pill): idle · starting (request sent, no reply
+// yet) · loading (rebuilding a session from its log) · running · done · stopped (turn limit)
+// · cancelled · failed · error (a request was refused: nothing ran).
 "use strict";
 
+import { request } from "./api.js";
+import { ROUTES } from "./routes.js";
+import { el } from "./turn.js";
+import { Transcript, sessionEnd } from "./view.js";
+
 const $ = (id) => document.getElementById(id);
-const state = { sid: null, lastId: "0-0", ws: null, ended: true, turns: new Map(), sentAt: 0, retries: 0 };
+const KEY_STORE = "turnstream-key";
+const BUSY = new Set(["starting", "running", "loading"]);
+const NO_RESULT = "(no result: the user did not run this tool)";
 
-// ------------------------------------------------------------------ HTTP
-function apiKey() { return $("key").value.trim(); }
+const page = { route: "session", client: null, tools: [], bubble: null, sent: "", resumeSid: null,
+               view: new Transcript($("log"), $("totals")) };
 
-async function api(path, body) {
-  const headers = { "Content-Type": "application/json" };
-  if (apiKey()) headers.Authorization = "Bearer " + apiKey();
-  const resp = await fetch(path, body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) });
-  const data = await resp.json().catch(() => ({}));
-  if (!resp.ok) throw new Error((data.error && data.error.message) || resp.statusText);
-  return data;
+// ------------------------------------------------------------------ page state
+function setState(state, label) {
+  document.body.dataset.state = state;
+  $("status").textContent = label || state;
+  const working = BUSY.has(state);
+  $("send").disabled = working;
+  $("cancel").disabled = !(state === "starting" || state === "running");
+  for (const r of document.querySelectorAll("input[name=route]")) r.disabled = working;
+  lockSettings();
+}
+const busy = () => BUSY.has(document.body.dataset.state);
+
+/** What a follow-up cannot change is shown locked while a session exists; what a route
+ *  ignores is shown disabled. */
+function lockSettings() {
+  const route = ROUTES[page.route];
+  const fixed = route.locksSettings && Boolean(page.client && page.client.sid);
+  $("fixed").disabled = fixed; $("fixed-note").hidden = !fixed;
+  $("max-turns").disabled = !route.maxTurns; $("turns-note").hidden = route.maxTurns;
 }
 
-async function loadTools() {
+function banner(text) { $("banner").textContent = text || ""; $("banner").hidden = !text; }
+
+function openSettings(open) {
+  document.body.classList.toggle("settings-open", open);
+  $("settings-toggle").setAttribute("aria-expanded", String(open));
+}
+
+/** The address names the session (and the route when it is not the session API). */
+function setUrl(sid) {
+  const u = new URL(location.href);
+  u.search = "";
+  if (sid) u.searchParams.set("session", sid);
+  if (page.route !== "session") u.searchParams.set("api", page.route);
+  history.replaceState(null, "", u);
+}
+
+// ------------------------------------------------------------------ the key and the tools
+const key = () => $("key").value.trim();
+
+function keyHint(text, tone) { $("key-hint").textContent = text; $("key-hint").dataset.tone = tone || ""; }
+
+/** Ask the server for its tools with the key: that also says whether the key is needed, and good. */
+async function checkKey() {
   try {
-    const tools = (await api("/v1/tools")).data;
-    $("tools").replaceChildren(...tools.map((t) => {
-      const label = el("label");
-      const box = el("input");
-      box.type = "checkbox"; box.checked = true; box.value = t.function.name;
-      label.append(box, t.function.name);
-      label.title = t.function.description || "";
-      return label;
-    }));
-  } catch (e) { $("tools").textContent = "could not load tools: " + e.message; }
+    page.tools = (await request("/v1/tools", key())).data;
+    showTools(page.tools);
+    keyAccepted();
+  } catch (e) {
+    keyProblem(e);
+  }
 }
 
-// ------------------------------------------------------------------ DOM helpers
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-function log(node) { $("log").append(node); $("log").scrollTop = $("log").scrollHeight; return node; }
-function note(text, cls) { log(el("div", "note" + (cls ? " " + cls : ""), text)); }
-function setState(s, label) {
-  document.body.dataset.state = s;
-  $("status").textContent = label || s;
-  $("cancel").disabled = s !== "running";
-}
-const ms = (seconds) => Math.round(seconds * 1000) + " ms";
-
-// ------------------------------------------------------------------ session control
-async function send(ev) {
-  ev.preventDefault();
-  const text = $("message").value.trim();
-  if (!text || document.body.dataset.state === "running") return;
-  log(el("div", "user", text));
-  $("message").value = "";
-  state.sentAt = performance.now();
-  setState("running", "starting…");
-  try {
-    if (state.sid && state.ended) {
-      const r = await api(`/v1/sessions/${state.sid}/messages`, { content: text, max_turns: +$("max-turns").value });
-      connect(r.after);
-    } else {
-      await createSession(text);
-    }
-  } catch (e) { note("error: " + e.message, "error"); setState("idle"); }
+function keyAccepted() {
+  $("key").removeAttribute("aria-invalid");
+  if (key()) {
+    localStorage.setItem(KEY_STORE, key());
+    keyHint("Key accepted (saved in this browser).", "ok");
+  } else {
+    $("key").placeholder = "not needed (open mode)";
+    keyHint("This server runs in open mode: no key needed.", "");
+  }
+  if (page.resumeSid) resume(page.resumeSid);
 }
 
-async function createSession(text) {
-  const body = { messages: [{ role: "user", content: text }], max_turns: +$("max-turns").value,
-                 max_tokens: +$("max-tokens").value,
-                 tools: [...$("tools").querySelectorAll("input:checked")].map((b) => b.value) };
+function keyProblem(e) {
+  if (!e.badKey) {
+    $("tools").textContent = "could not load the tools: " + e.message;
+    if (page.resumeSid) resumeFailed(page.resumeSid, e);
+    return;
+  }
+  $("key").placeholder = "required by this server";
+  $("tools").textContent = "the tools load once the key is accepted";
+  if (key()) keyRejected(e);
+  else { keyHint("This server requires an API key.", "warn"); openSettings(true); }
+  if (page.resumeSid) resumeFailed(page.resumeSid, e);
+}
+
+function keyRejected(e) {
+  $("key").setAttribute("aria-invalid", "true");
+  keyHint(key() ? `The server rejected this key (${e.message}); it was not saved.` : "This server requires an API key.",
+          "error");
+  if (localStorage.getItem(KEY_STORE) === key()) localStorage.removeItem(KEY_STORE);
+  openSettings(true);
+}
+
+function showTools(tools) {
+  const was = new Map([...$("tools").querySelectorAll("input")].map((b) => [b.value, b.checked]));
+  $("tools").replaceChildren(...tools.map((t) => {
+    const label = el("label");
+    const box = el("input");
+    box.type = "checkbox"; box.value = t.function.name; box.checked = was.get(t.function.name) ?? true;
+    label.append(box, t.function.name);
+    label.title = t.function.description || "";
+    return label;
+  }));
+}
+
+// ------------------------------------------------------------------ sending
+function settings() {
+  const names = [...$("tools").querySelectorAll("input:checked")].map((b) => b.value);
   const replay = $("replay").value.trim();
-  if (replay) body.replay = JSON.parse(replay);
-  const r = await api("/v1/sessions", body);
-  state.sid = r.id; state.turns.clear();
-  note(`session ${r.id}`);
-  connect("0-0");
+  return { maxTurns: +$("max-turns").value || undefined, maxTokens: +$("max-tokens").value || 512, tools: names,
+           toolDefs: page.tools.filter((t) => names.includes(t.function.name)),
+           replay: replay ? JSON.parse(replay) : null };
 }
 
-function connect(after) {
-  state.ended = false; state.lastId = after;
-  const key = apiKey();
-  const protocols = ["turnstream.v1"];
-  let url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/sessions/${state.sid}/ws?after=${after}`;
-  if (key && /^[A-Za-z0-9._~-]+$/.test(key)) protocols.push("bearer." + key);
-  else if (key) url += "&token=" + encodeURIComponent(key);
-  const ws = new WebSocket(url, protocols);
-  state.ws = ws;
-  ws.onopen = () => { state.retries = 0; setState("running", "streaming"); };
-  ws.onmessage = (m) => onFrame(JSON.parse(m.data));
-  ws.onclose = (c) => onClose(ws, c);
+/** Chat completions: results typed for the calls the last reply returned. */
+function pendingResults() {
+  if (!page.client.pendingCalls) return [];
+  return page.client.pendingCalls().map((c) => ({ id: c.id, content: page.view.answer(c.turn, c.index) || NO_RESULT }));
 }
 
-function onClose(ws, c) {
-  if (ws !== state.ws || state.ended) return;
-  if (state.retries++ > 5) { note(`connection lost (${c.code}); giving up`, "error"); setState("idle"); return; }
-  note(`connection closed (${c.code}${c.reason ? ": " + c.reason : ""}); resuming after ${state.lastId}`);
-  setTimeout(() => connect(state.lastId), 300 * state.retries);
+async function send(ev) {
+  if (ev) ev.preventDefault();
+  if (busy()) return;
+  const text = $("message").value.trim();
+  const results = pendingResults();
+  if (!text && !results.length) return;
+  let s;
+  try { s = settings(); } catch (e) { banner("The replay script is not valid JSON: " + e.message); return; }
+  banner("");
+  page.view.lockAnswers();
+  page.bubble = text ? page.view.user(text, performance.now()) : page.view.note("tool results sent back");
+  page.sent = text;
+  $("message").value = "";
+  setState("starting", "starting…");
+  const client = page.client;
+  try {
+    await client.send(text, s, key(), results);
+  } catch (e) {
+    if (client === page.client) sendFailed(e); // else the page moved on (New session, another route)
+  }
 }
+
+function sendFailed(e) {
+  if (e.name === "AbortError") {
+    page.view.note("cancelled before the reply began");
+    setState("cancelled", "cancelled");
+    return;
+  }
+  if (isUserBubble(page.bubble)) page.view.failed(page.bubble, e.message);
+  if (!$("message").value) $("message").value = page.sent;
+  if (e.badKey) {
+    keyRejected(e);
+    setState("error", key() ? "key rejected" : "key required");
+    banner(`Not sent: ${key() ? "the server rejected the API key" : "this server requires an API key"} ` +
+           `(${e.message}). Enter a valid key in Settings, then send again.`);
+    return;
+  }
+  setState("error", "not sent");
+  banner("Not sent: " + e.message);
+}
+const isUserBubble = (node) => node && node.classList.contains("user");
 
 async function cancel() {
-  if (state.ws && state.ws.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify({ type: "cancel" }));
-  else if (state.sid) await api(`/v1/sessions/${state.sid}/cancel`, {}).catch(() => {});
-}
-
-function reset() {
-  if (state.ws) { state.ended = true; state.ws.close(); }
-  Object.assign(state, { sid: null, lastId: "0-0", ws: null, ended: true });
-  state.turns.clear();
-  $("log").replaceChildren();
-  setState("idle");
-}
-
-// ------------------------------------------------------------------ events
-function newer(id, than) {
-  const [a, b] = id.split("-").map(Number), [c, d] = than.split("-").map(Number);
-  return a > c || (a === c && b > d);
-}
-
-function onFrame(f) {
-  if (!f.body) { if (f.type === "error") note("refused: " + f.error.message, "error"); return; }
-  if (!newer(f.id, state.lastId)) return; // already shown (defensive: the server sends each event once)
-  state.lastId = f.id;
-  const handler = handlers[f.body.type];
-  if (handler) handler(f.body, f);
-}
-
-function turnOf(f) {
-  let t = state.turns.get(f.turn);
-  if (!t) {
-    const root = log(el("div", "turn"));
-    root.dataset.turn = f.turn;
-    const head = el("div", "turn-head");
-    const body = el("div", "turn-body");
-    const foot = el("div", "turn-foot");
-    root.append(head, body, foot);
-    t = { root, head, body, foot, content: null, reasoning: null, calls: new Map(), started: null, first: null };
-    head.append(el("b", null, `turn ${f.turn}`));
-    state.turns.set(f.turn, t);
-  }
-  return t;
-}
-
-function firstToken(t, f) {
-  if (t.first !== null) return;
-  t.first = f.ts;
-  if (state.sentAt) {
-    t.head.append(el("span", "badge ttft", "first token " + Math.round(performance.now() - state.sentAt) + " ms"));
-    state.sentAt = 0;
+  if (!busy()) return;
+  $("cancel").disabled = true;
+  try {
+    await page.client.cancel(key());
+  } catch (e) {
+    banner("Cancel failed: " + e.message);
+    $("cancel").disabled = false;
   }
 }
 
-function textBlock(t, key, cls) {
-  if (!t[key]) t[key] = t.body.appendChild(el("div", cls));
-  return t[key];
-}
+// ------------------------------------------------------------------ what the route reports
+const END_LABEL = { done: "done", stopped: "stopped: turn limit", cancelled: "cancelled", failed: "failed" };
 
-function callOf(t, index) {
-  return t.calls.get(index);
-}
-
-const handlers = {
-  "turn.started": (b, f) => {
-    const t = turnOf(f);
-    t.started = f.ts;
-    const pct = b.prompt_tokens ? Math.round((100 * b.cached_tokens) / b.prompt_tokens) : 0;
-    const kv = el("span", "kv");
-    const bar = el("span", "bar"); const fill = el("i"); fill.style.width = pct + "%"; bar.append(fill);
-    kv.append("KV reuse", bar, el("span", "kv-text", `${b.cached_tokens} / ${b.prompt_tokens} prompt tokens (${pct}%)`));
-    kv.dataset.cached = b.cached_tokens; kv.dataset.prompt = b.prompt_tokens;
-    t.head.append(kv, el("span", "badge", b.worker || "decoder"));
-    if (b.continuation) t.head.append(el("span", "badge", "continuation"));
+const hooks = {
+  session(sid) { setUrl(sid); page.view.session(sid, location.href); lockSettings(); },
+  opened() { setState("running", "running"); },
+  event(ev) { page.view.apply(ev); },
+  ended(reason) {
+    const [state] = sessionEnd(reason);
+    setState(state, END_LABEL[state] || state);
   },
-  "reasoning.delta": (b, f) => { const t = turnOf(f); firstToken(t, f); textBlock(t, "reasoning", "reasoning").textContent += b.text; },
-  "content.delta": (b, f) => {
-    const t = turnOf(f); firstToken(t, f);
-    if (!t.content && !b.text.trim()) { t.pendingSpace = (t.pendingSpace || "") + b.text; return; } // no empty blocks
-    textBlock(t, "content", "content").textContent += (t.pendingSpace || "") + b.text;
-    t.pendingSpace = "";
+  history(frames, info, done) {
+    page.view.note(`rebuilt from the server's event log: ${frames.length} events`);
+    page.view.replay(frames, info.messages.filter((m) => m.role === "user").map((m) => m.content), !done);
+    if (!done) setState("running", "following live");
   },
-  "tool_call.begin": (b, f) => {
-    const t = turnOf(f); firstToken(t, f);
-    const call = t.body.appendChild(el("div", "call"));
-    call.dataset.name = b.name; call.dataset.index = b.index; call.dataset.state = "streaming";
-    const head = el("div", "call-head");
-    const stateEl = el("span", "state", "streaming");
-    const timing = el("span", "timing");
-    head.append("⚙", el("span", "name", b.name), stateEl, timing);
-    const args = el("pre", "args");
-    call.append(head, args);
-    t.calls.set(b.index, { call, args, stateEl, timing, ready: null });
-    t.content = null; t.pendingSpace = ""; // text after a call starts a new block
-  },
-  "tool_call.args": (b, f) => { const c = callOf(turnOf(f), b.index); if (c) c.args.textContent += b.delta; },
-  "tool_call.ready": (b, f) => {
-    const c = callOf(turnOf(f), b.index); if (!c) return;
-    c.ready = f.ts; c.args.textContent = b.arguments;
-    setCall(c, "ready", "ready");
-  },
-  "tool_call.invalid": (b, f) => {
-    const c = callOf(turnOf(f), b.index); if (!c) return;
-    setCall(c, "invalid", b.truncated ? "truncated" : "invalid: " + b.error);
-  },
-  "tool.started": (b, f) => {
-    const c = callOf(turnOf(f), b.index); if (!c) return;
-    setCall(c, "running", "running" + (b.worker ? " on " + b.worker : ""));
-    if (c.ready) c.timing.textContent = "dispatched " + ms(f.ts - c.ready) + " after ready";
-  },
-  "tool.result": (b, f) => {
-    const c = callOf(turnOf(f), b.index); if (!c) return;
-    setCall(c, b.is_error ? "error" : "done", b.is_error ? "error" : "done");
-    c.timing.textContent += (c.timing.textContent ? " · " : "") + "ran " + Math.round(b.duration_ms) + " ms";
-    const result = c.call.appendChild(el("pre", "result", b.content));
-    result.dataset.result = "1";
-  },
-  "turn.ended": (b, f) => {
-    const t = turnOf(f);
-    const secs = t.started ? f.ts - t.started : 0;
-    const rate = secs > 0 ? Math.round(b.completion_tokens / secs) : 0;
-    t.foot.textContent = `${b.finish_reason} · ${b.completion_tokens} tokens in ${ms(secs)} (${rate} tok/s)` +
-      (b.n_calls ? ` · ${b.n_calls} call${b.n_calls > 1 ? "s" : ""}` : "");
-    t.root.dataset.finish = b.finish_reason;
-  },
-  "turn.restarted": (b, f) => {
-    const t = turnOf(f);
-    t.body.replaceChildren(); t.content = t.reasoning = null; t.calls.clear();
-    note(`turn ${f.turn} restarted: ${b.reason}`);
-  },
-  "error": (b) => note("error: " + b.message, "error"),
-  "session.ended": (b) => {
-    state.ended = true;
-    const end = log(el("div", "ended", `session ended: ${b.reason}`));
-    end.dataset.reason = b.reason;
-    setState("ended", "ended: " + b.reason);
+  lost(message) {
+    banner(`Connection lost: ${message}. Reload the page to rebuild the session from its event log.`);
+    setState("failed", "connection lost");
   },
 };
 
-function setCall(c, s, label) { c.call.dataset.state = s; c.stateEl.textContent = label; }
+function newSession() {
+  if (page.client && busy()) page.client.cancel(key()).catch(() => {});
+  if (page.client) page.client.close();
+  page.client = new ROUTES[page.route].client(hooks);
+  page.view.reset();
+  banner("");
+  setUrl(null);
+  setState("idle");
+}
 
-$("composer").addEventListener("submit", send);
-$("cancel").addEventListener("click", cancel);
-$("new").addEventListener("click", reset);
-$("key").value = localStorage.getItem("turnstream-key") || "";
-$("key").addEventListener("change", () => { localStorage.setItem("turnstream-key", apiKey()); loadTools(); });
-loadTools();
+/** The same message can be sent again through another route: the composer keeps it. */
+function switchRoute(name) {
+  page.route = name;
+  $("route-about").textContent = ROUTES[name].about;
+  const last = page.sent;
+  newSession();
+  if (!$("message").value && last) $("message").value = last;
+}
+
+// ------------------------------------------------------------------ a session from the address
+async function resume(sid) {
+  page.resumeSid = sid;
+  banner("");
+  setState("loading", "loading session…");
+  try {
+    const info = await page.client.resume(sid, key());
+    page.resumeSid = null;
+    for (const box of $("tools").querySelectorAll("input")) box.checked = info.tools.includes(box.value);
+  } catch (e) {
+    if (e.badKey) keyProblem(e);
+    else resumeFailed(sid, e);
+  }
+}
+
+function resumeFailed(sid, e) {
+  if (e.badKey) {
+    setState("error", "key required");
+    banner(`Session ${sid} needs the API key that created it: enter it in Settings.`);
+    return;
+  }
+  page.resumeSid = null;
+  setState("error", "not found");
+  banner(e.status === 404 ? `Session ${sid} was not found: it expired, or it belongs to another API key.`
+    : `Could not open session ${sid}: ${e.message}`);
+}
+
+// ------------------------------------------------------------------ start
+function bind() {
+  $("composer").addEventListener("submit", send);
+  $("message").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) send(e); // Enter, Ctrl+Enter, Cmd+Enter
+  });
+  $("cancel").addEventListener("click", cancel);
+  $("new").addEventListener("click", newSession);
+  $("key").addEventListener("change", checkKey);
+  $("key").addEventListener("input", () => $("key").removeAttribute("aria-invalid"));
+  $("settings-toggle").addEventListener("click",
+    () => openSettings(!document.body.classList.contains("settings-open")));
+}
+
+/** The API switch, one radio per route. */
+function routeSwitch(current) {
+  $("routes").replaceChildren(...Object.entries(ROUTES).map(([name, route]) => {
+    const label = el("label");
+    const radio = el("input");
+    Object.assign(radio, { type: "radio", name: "route", value: name, checked: name === current });
+    radio.addEventListener("change", () => { if (radio.checked) switchRoute(name); });
+    label.append(radio, " " + route.label);
+    return label;
+  }));
+}
+
+async function start() {
+  const params = new URLSearchParams(location.search);
+  const route = ROUTES[params.get("api")] ? params.get("api") : "session";
+  routeSwitch(route);
+  page.route = route;
+  $("route-about").textContent = ROUTES[route].about;
+  $("key").value = localStorage.getItem(KEY_STORE) || "";
+  page.client = new ROUTES[route].client(hooks);
+  bind();
+  setState("idle");
+  const sid = ROUTES[route].resumable && params.get("session");
+  if (sid) { page.resumeSid = sid; $("message").value = ""; } // resumed once the key is known to be good
+  await checkKey();
+}
+
+start();

@@ -78,5 +78,5 @@ async def test_one_gateway_relays_a_thousand_concurrent_subscriptions(gw: GwStac
         assert events[-1]["body"]["type"] == "session.ended"
     assert all(ws.close_code == 1000 for ws in conns)
     final = _gauges(gw.url)
-    assert final["turnstream_relay_subscribers"] == 0 and final["turnstream_relay_dropped_subscribers"] == 0
+    assert final["turnstream_relay_subscribers"] == 0 and final["turnstream_relay_dropped_subscribers_total"] == 0
     await r.aclose()

@@ -193,6 +193,13 @@ async def test_metrics_report_latencies_kv_reuse_and_queues(gw: GwStack) -> None
     assert 'turnstream_queue_pending{stream="ts:parse:jobs"}' in values
     assert values["turnstream_decoders_alive"] == 1
     assert values["turnstream_relay_subscribers"] == 0  # every client above has left
+    assert values["turnstream_continuation_ttft_seconds_count"] >= 1  # the turn after the tool result
+    assert values["turnstream_time_per_output_token_seconds_count"] >= 1
+    assert values["turnstream_relay_events_total"] > 0  # counters are counters
+    [worker] = [k for k in values if k.startswith("turnstream_decoder_tokens_out_total{")]
+    assert values[worker] > 0 and any(k.startswith("turnstream_decoder_requests{") for k in values)
+    for kind in ("gateway", "decode", "parser", "tools"):
+        assert values[f'turnstream_processes_alive{{kind="{kind}"}}'] == 1
 
 
 async def test_a_client_that_leaves_an_idle_stream_is_forgotten_at_once(gw: GwStack) -> None:

@@ -83,6 +83,7 @@ async def running(redis_url: str, registry: Registry, n: int = 1, *, pool: str =
                   ) -> AsyncIterator[list[WakingWorker]]:
     """``n`` in-process workers of ``pool``, each started (and blocked in BLPOP) before the next."""
     r = bus.connect(redis_url)
+    await tool_catalog.publish(r, catalog_entries(registry))  # as run_tools_worker does
     cfg = load_config(redis_url=redis_url, pool=pool, tool_max_jobs=max_jobs)
     workers = [build_worker(cfg, r, registry, poll_delay_s=poll_delay_s, lease_s=lease_s, me=f"{pool}-w{i}")
                for i in range(n)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from runtime.session import Status
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class AbortCheck:
         return True
 
     async def apply(self, status: bytes | None, turn: bytes | None) -> None:
-        if status != b"active" or int(turn or -1) != self.turn:
+        if (status or b"").decode() != Status.ACTIVE or int(turn or -1) != self.turn:
             self.aborted = True
             log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
             await self.engine.abort(self.req.rid)

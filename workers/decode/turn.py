@@ -116,6 +116,7 @@ class TurnRun:
                 nxt.cancel()
 
     def _take(self, delta: GenerateDelta) -> None:
+        self.w.tokens_out += delta.n_tokens
         self.last = delta
         self.co.add(delta)
         self.parts.append(delta.text)

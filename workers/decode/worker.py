@@ -11,16 +11,14 @@ A heartbeat (``ts:decode:hb:{me}``, with the engine's load) tells the others it 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 
 import redis.asyncio as aioredis
 
 from runtime import bus
 from runtime.config import Config, default_worker_id
-from runtime.bus import REDIS_DOWN
-from runtime.consumer import Consumer, Done
+from runtime.consumer import REDIS_DOWN, Consumer, Done
+from runtime.heartbeat import Heartbeat
 from runtime.session import Claim, Field
 from runtime.turns import Turns
 from schemas import keys
@@ -49,33 +47,27 @@ class DecodeWorker:
                                  reclaim_idle_ms=cfg.reclaim_idle_ms,
                                  delete_acked=lambda stream: stream != keys.DECODE_JOBS)
         self.running: set[tuple[str, int]] = set()  # (sid, turn) being generated here
+        self.tokens_out = 0  # generated tokens, counted by the turns (every engine alike)
+        self.heartbeat = Heartbeat(r, "decode", self.me, cfg.heartbeat_ms, cfg.heartbeat_ttl_ms, self._load,
+                                   extra=self._report_load)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.engine.start()
-        await self._heartbeat()
+        await self.heartbeat.beat()
         log.info("decode worker %s up (engine=%s)", self.me, self.engine.name)
         try:
-            await self.consumer.run(stop, also=[self._heartbeat_loop, self._housekeeping_loop])
+            await self.consumer.run(stop, also=[self.heartbeat.loop, self._housekeeping_loop])
         finally:
-            await self.r.delete(keys.decoder_heartbeat(self.me))
+            await self.heartbeat.stop()
             await self.r.hdel(keys.DECODE_LOAD, self.me)
             await self.engine.stop()
 
     # ------------------------------------------------------------------ periodic
-    async def _heartbeat(self) -> None:
-        stats = dict(self.engine.stats(), worker=self.me, t=time.time())
-        pipe = self.r.pipeline(transaction=False)
-        pipe.set(keys.decoder_heartbeat(self.me), json.dumps(stats), px=self.cfg.heartbeat_ttl_ms)
-        pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
-        await pipe.execute()
+    def _load(self) -> dict:
+        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running), tokens_out=self.tokens_out)
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.heartbeat_ms / 1000)
-            try:
-                await self._heartbeat()
-            except REDIS_DOWN as exc:
-                log.warning("decode %s: heartbeat failed: %s", self.me, exc)
+    def _report_load(self, pipe: object) -> None:
+        pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
 
     async def _housekeeping_loop(self) -> None:
         while True:

@@ -27,6 +27,7 @@ from runtime import bus
 from runtime.barrier import Arrival
 from runtime.config import Config, default_worker_id
 from runtime.consumer import Consumer, Done
+from runtime.heartbeat import Heartbeat
 from runtime.session import Field, SessionMode
 from runtime.tool_queue import Dispatcher
 from runtime.turns import Turns
@@ -56,10 +57,16 @@ class ParserWorker:
         reader = bus.GroupReader(r, [keys.PARSE_JOBS], keys.PARSE_GROUP, self.me, count=16, block_ms=cfg.block_ms)
         self.consumer = Consumer(f"parser {self.me}", reader, self, self.turns, lease_s=cfg.lease_s,
                                  reclaim_idle_ms=cfg.reclaim_idle_ms)
+        self.heartbeat = Heartbeat(r, "parser", self.me, cfg.heartbeat_ms, cfg.heartbeat_ttl_ms,
+                                   lambda: {"turns": len(self.consumer.inflight)})
 
     async def run(self, stop: Any) -> None:
+        await self.heartbeat.beat()
         log.info("parser worker %s up", self.me)
-        await self.consumer.run(stop)
+        try:
+            await self.consumer.run(stop, also=[self.heartbeat.loop])
+        finally:
+            await self.heartbeat.stop()
 
     async def handle(self, entry: bus.Entry) -> Done:
         job = decode_job(entry.data)

@@ -50,6 +50,7 @@ from redis.exceptions import RedisError
 from schemas import keys
 from runtime.config import Config, default_worker_id
 from runtime import tool_catalog
+from runtime.heartbeat import Heartbeat
 from runtime.tool_queue import POLL_TOKEN, RUN_TOOL, deserialize, push_poll_token, serialize
 from workers.tools.registry import Registry
 from workers.tools.runner import MAX_DELIVERIES, ToolRunner, job_timeout
@@ -213,15 +214,12 @@ def build_worker(cfg: Config, r: aioredis.Redis, registry: Registry, *, poll_del
     """A worker for ``cfg.pool``: results and sessions on ``r``, the queue on ``cfg.arq_url``."""
     runner = ToolRunner(cfg, r, registry, me or cfg.worker_id or default_worker_id("tools"))
 
-    async def on_startup(ctx: dict[str, Any]) -> None:  # the registry is started: MCP tools are listed
-        await tool_catalog.publish(r, catalog_entries(registry))
-
     return WakingWorker(
         functions=[func(runner.run_tool, name=RUN_TOOL, timeout=job_timeout(registry),
                         max_tries=MAX_DELIVERIES + 1)],
         queue_name=keys.tool_queue(cfg.pool), wake=keys.tool_wake(cfg.pool), lease_s=lease_s,
         max_jobs=cfg.tool_max_jobs, poll_delay=poll_delay_s, keep_result=cfg.session_ttl_s,
-        handle_signals=False, job_serializer=serialize, job_deserializer=deserialize, on_startup=on_startup,
+        handle_signals=False, job_serializer=serialize, job_deserializer=deserialize,
         health_check_interval=3600, redis_settings=RedisSettings.from_dsn(cfg.arq_url),
     )
 
@@ -229,10 +227,15 @@ def build_worker(cfg: Config, r: aioredis.Redis, registry: Registry, *, poll_del
 async def run_tools_worker(cfg: Config, r: aioredis.Redis, registry: Registry, stop: asyncio.Event,
                            grace_s: float = GRACE_S) -> None:
     """Serve ``cfg.pool`` until ``stop`` is set, then drain and close."""
-    await registry.start()
+    await registry.start()  # MCP servers list their tools
+    await tool_catalog.publish(r, catalog_entries(registry))  # before the first beat: a live worker's tools are known
     me = cfg.worker_id or default_worker_id("tools")
     worker = build_worker(cfg, r, registry, me=me)
+    heartbeat = Heartbeat(r, "tools", me, cfg.heartbeat_ms, cfg.heartbeat_ttl_ms,
+                          lambda: {"pool": cfg.pool, "running": len(worker.running()), "max_jobs": cfg.tool_max_jobs})
+    await heartbeat.beat()
     task = asyncio.create_task(worker.main())
+    beats = asyncio.create_task(heartbeat.loop())
     log.info("tool worker %s up (pool=%s, max_jobs=%d, tools=%s)", me, cfg.pool, cfg.tool_max_jobs,
              registry.names())
     try:
@@ -241,6 +244,8 @@ async def run_tools_worker(cfg: Config, r: aioredis.Redis, registry: Registry, s
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await worker.drain(grace_s)
+        beats.cancel()
+        await heartbeat.stop()
         await worker.close()
         await registry.aclose()
         log.info("tool worker %s stopped", me)

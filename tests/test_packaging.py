@@ -1,0 +1,78 @@
+"""What a user installs: a plain ``pip install .`` runs the gateway, the parser and the tool workers
+without torch (a decoder with the ReplayEngine too); the engine and the benchmarks are extras."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def plain_venv(tmp_path_factory) -> Path:
+    """A fresh virtual environment with ``pip install .`` and nothing else."""
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin/pip"), "install", "-q", str(REPO)], capture_output=True, text=True)
+    if pip.returncode != 0 and "No matching distribution" in pip.stderr + pip.stdout:
+        pytest.skip(f"no package index reachable for a plain install: {pip.stderr[-300:]}")
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return venv
+
+
+def test_a_plain_install_serves_without_torch(plain_venv: Path, tmp_path: Path) -> None:
+    py = str(plain_venv / "bin/python")
+    no_torch = subprocess.run([py, "-c", "import torch"], capture_output=True, text=True)
+    assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
+    bench = subprocess.run([py, "-m", "turnstream.cli", "bench", "engine"], capture_output=True, text=True,
+                           cwd=tmp_path)
+    assert bench.returncode != 0 and "pip install 'turnstream[bench]'" in bench.stderr
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(TURNSTREAM_ENGINE="replay", TURNSTREAM_MODEL=str(REPO / "models/tiny-agent"),
+               TURNSTREAM_PORT=str(port), TURNSTREAM_LOG_LEVEL="WARNING")
+    up = subprocess.Popen([py, "-m", "turnstream.cli", "up"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_up(up, f"http://127.0.0.1:{port}")
+        body = {"messages": [{"role": "user", "content": "What is 6*7?"}],
+                "replay": ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>',
+                           "It is {{ results[0] }}."]}
+        sid = httpx.post(f"http://127.0.0.1:{port}/v1/sessions", json=body).json()["id"]
+        deadline = time.monotonic() + 60
+        while (state := httpx.get(f"http://127.0.0.1:{port}/v1/sessions/{sid}").json())["status"] == "active":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert state["messages"][-1]["content"] == "It is 42."  # gateway, decoder, parser, tool worker all ran
+    finally:
+        up.terminate()
+        out, _ = up.communicate(timeout=30)
+    assert up.returncode == 0, out.decode()[-2000:]
+
+
+def _wait_up(proc: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        try:
+            if httpx.get(url + "/readyz").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the plain install's stack did not come up")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
