@@ -31,6 +31,8 @@ TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
 
 RETRY_S = 0.2  # between tries of a call interrupted by an unreachable broker
+OUTAGE_S = 15.0  # how long a decoder retries its token-log writes while redis is unreachable (a cluster
+# failover, a restart) before it abandons the turn, which is then regenerated as a new attempt
 
 # The broker is unreachable or moving (a cluster master failing over): retry, never a job's failure.
 REDIS_DOWN: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, ClusterError,

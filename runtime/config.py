@@ -47,10 +47,9 @@ def opt(default: Any, help: str, *kinds: str) -> Any:
 @dataclass(frozen=True)
 class Config:
     # broker
-    redis_url: str = opt("", "Redis/Valkey >= 7 URL, or redis+cluster://host:port[,host:port...] for a Redis "
-                             "Cluster; empty: `turnstream up` starts the embedded server")
-    queue_url: str = opt("", "the tool queues' Redis (arq; must not be a cluster); empty: redis_url "
-                             "(required when redis_url is a cluster)", "parser", "tools")
+    redis_url: str = opt("", "Redis/Valkey >= 7 URL; empty: `turnstream up` starts the embedded server")
+    queue_url: str = opt("", "the tool queues' Redis (arq; must not be a cluster); empty: redis_url",
+                         "parser", "tools")
     worker_id: str = opt("", "this process's id; empty: <kind>-<host>-<pid>", *WORKERS)
     # decode
     engine: str = opt("native", "decode engine: native | vllm | replay (a test/benchmark double that streams "
@@ -70,9 +69,6 @@ class Config:
                                    "goes at once)", "decode")
     heartbeat_ms: int = opt(1000, "how often a worker reports it is alive", *WORKERS)
     heartbeat_ttl_ms: int = opt(3000, "a worker silent this long is dead", *WORKERS)
-    outage_s: float = opt(15.0, "a decoder retries its token-log writes this long while redis is unreachable "
-                                "(a cluster failover, a restart) before it abandons the turn (regenerated)",
-                          "decode")
     pin_default_s: float = opt(5.0, "KV pin deadline before a tool's duration is known", "decode")
     pin_max_s: float = opt(60.0, "KV pin deadline cap", "decode")
     kv_routing: str = opt("prefix", "prefix: a new turn goes to the decoder holding its prefix | off",

@@ -9,9 +9,9 @@ continuation is sent) and never builds or parses messages itself.  Between chunk
 at most every ``AbortCheck.interval_s``, whether the session was cancelled.
 
 While redis is unreachable (a cluster master failing over, a restart) its writes are retried
-for up to ``outage_s`` and the turn goes on where it was; a write retried after its reply was
+for up to ``bus.OUTAGE_S`` and the turn goes on where it was; a write retried after its reply was
 lost appends the chunk twice, and the parser skips the repeat (same ``seq``).  Past
-``outage_s`` the turn is abandoned and regenerated as a new attempt.
+``OUTAGE_S`` the turn is abandoned and regenerated as a new attempt.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class TurnRun:
         return (await pipe.execute())[1]
 
     async def _through(self, call: Any) -> Any:
-        return await bus.through_outage(call, self.w.cfg.outage_s, f"sid={self.sid} turn={self.turn}")
+        return await bus.through_outage(call, bus.OUTAGE_S, f"sid={self.sid} turn={self.turn}")
 
     async def _abandon(self, gen: Any) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
