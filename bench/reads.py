@@ -71,7 +71,7 @@ async def _per_slot(r: Any, streams: list[str], n: int, lat: list[float]) -> Non
 
 async def run(design: str, url: str, sessions: int, n: int, rate: float) -> dict[str, Any]:
     r, w = bus.connect(url), bus.connect(url)
-    streams = [keys.events(f"b{i}") for i in range(sessions)]
+    streams = [keys.events(f"{design}-{i}") for i in range(sessions)]  # fresh streams for each design
     for s in streams:
         await bus.add(w, s, repr(time.time()).encode())  # every stream exists; these count too
     lat: list[float] = []

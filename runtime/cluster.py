@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.cluster import ClusterNode as SyncClusterNode
 from redis.cluster import RedisCluster as SyncRedisCluster
@@ -64,11 +65,31 @@ def _host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class _StreamKeys(AsyncCommandsParser):
+    """Finds the keys of XREAD and XREADGROUP itself: redis-py asks a server (``COMMAND GETKEYS``, a
+    round trip to one node) for every command whose keys move, and reads are the per-token path."""
+
+    async def get_keys(self, *args: object) -> tuple | None:
+        name = _word(args[0])
+        if name in ("XREAD", "XREADGROUP"):
+            words = [_word(a) for a in args]
+            start = words.index("STREAMS", 4 if name == "XREADGROUP" else 1) + 1  # past GROUP g c
+            rest = args[start:]
+            return tuple(rest[: len(rest) // 2])
+        return await super().get_keys(*args)
+
+
+def _word(arg: object) -> str:
+    return (arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)).upper()
+
+
 def connect(url: str) -> RedisCluster:
     """An asyncio cluster client, bytes replies (as ``runtime.bus.connect`` for one server)."""
     nodes, opts = parse_url(url)
-    return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], decode_responses=False,
-                        health_check_interval=30, **opts)
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], decode_responses=False,
+                          health_check_interval=30, **opts)
+    client.commands_parser = _StreamKeys()
+    return client
 
 
 def connect_sync(url: str) -> redis.Redis | SyncRedisCluster:

@@ -77,6 +77,9 @@ class Consumer:
             except REDIS_DOWN as exc:
                 log.warning("%s: redis unavailable (%s); retrying", self.name, exc)
                 await asyncio.sleep(0.5)
+            except Exception:  # the reader's outermost loop: a dead read loop would stop the worker silently
+                log.exception("%s: read failed; retrying", self.name)
+                await asyncio.sleep(0.5)
 
     async def _lease_loop(self) -> None:
         while True:

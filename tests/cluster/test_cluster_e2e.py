@@ -43,11 +43,13 @@ def _masters_used(valkey_cluster, sids: list[str]) -> set[int]:
     return {valkey_cluster.master_of(keys.session(sid)).port for sid in sids}
 
 
-async def test_agent_sessions_on_every_master_end_to_end(stack: Stack, valkey_cluster) -> None:
+async def test_agent_sessions_across_masters_end_to_end(stack: Stack, valkey_cluster) -> None:
     body = {"messages": [{"role": "user", "content": "weather and a table please"}], "replay": TWO_CALLS}
-    runs = await asyncio.gather(*(run_session(stack.url, body) for _ in range(9)))
-    assert len(_masters_used(valkey_cluster, [sid for sid, _ in runs])) == 3  # 9 random sids: every master
     conv = cluster.connect_sync(stack.cfg.redis_url)
+    jobs0 = conv.xlen(keys.PARSE_JOBS), conv.xlen(keys.DECODE_JOBS)
+    runs = await asyncio.gather(*(run_session(stack.url, body) for _ in range(9)))
+    # 9 random sids: on every master 92 % of the time, on one only 0.02 % (the runtime tests cover every master)
+    assert len(_masters_used(valkey_cluster, [sid for sid, _ in runs])) >= 2
     for sid, events in runs:
         assert_exactly_once_in_order(events)
         end = events[-1]["body"]
@@ -57,6 +59,10 @@ async def test_agent_sessions_on_every_master_end_to_end(stack: Stack, valkey_cl
         assert all(r["content"] in end["content"] for r in results)
         roles = [json.loads(m)["role"] for m in conv.lrange(keys.messages(sid), 0, -1)]
         assert roles == ["user", "assistant", "tool", "tool", "assistant"]
+    # the global job streams carry one entry per turn; the per-token traffic stays on each session's own keys
+    chunks = sum(conv.xlen(keys.tokens(sid)) for sid, _ in runs)
+    parse_jobs, decode_jobs = conv.xlen(keys.PARSE_JOBS) - jobs0[0], conv.xlen(keys.DECODE_JOBS) - jobs0[1]
+    assert parse_jobs == 2 * len(runs) and decode_jobs == len(runs) and parse_jobs < chunks / 10
     conv.close()
 
 

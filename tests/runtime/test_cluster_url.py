@@ -37,3 +37,10 @@ def test_keys_group_by_slot_only_on_a_cluster() -> None:
     ks = ["ts:s:{a}:ev", "ts:s:{a}:tok", "ts:s:{b}:ev"]
     assert sorted(map(len, cluster.by_slot(ks).values())) == [1, 2]
     assert cluster.read_groups(object(), ks) == [ks]  # one server: one read names them all
+
+
+async def test_stream_reads_find_their_keys_without_asking_a_server() -> None:
+    parser = cluster.connect("redis+cluster://127.0.0.1:1").commands_parser  # never connects
+    assert await parser.get_keys("XREAD", "COUNT", 5, "BLOCK", 100, "STREAMS", "a", "b", "0-0", "1-0") == ("a", "b")
+    assert await parser.get_keys("XREAD", b"COUNT", 5, b"STREAMS", "a", "0-0") == ("a",)  # as redis-py sends it
+    assert await parser.get_keys("XREADGROUP", "GROUP", "g", "STREAMS", "COUNT", 1, "STREAMS", "s", ">") == ("s",)
