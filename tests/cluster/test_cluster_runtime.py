@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import redis
 from redis.asyncio.cluster import RedisCluster
 
 from runtime import bus, cluster
@@ -141,3 +142,20 @@ async def test_session_record_survives_on_its_own_slot(rc) -> None:
     assert info is not None and info.status is Status.ACTIVE and info.max_turns == 3 and info.key == "k"
     bodies = await wait_for(rc, "rec", lambda b: True, timeout_s=1)
     assert of(bodies, "SessionEnded") == []
+
+
+async def test_many_reader_recovers_lost_listeners(rc, valkey_cluster) -> None:
+    streams = on_each_master(valkey_cluster, lambda i: keys.events(f"ls{i}"), n=2)
+    reader, cursors, got, stop = bus.many_reader(rc), {s: "0-0" for s in streams}, {}, asyncio.Event()
+    follower = asyncio.create_task(_follow(reader, cursors, got, stop))
+    await _write(rc, streams, 60, seed=4)
+    await _caught_up(rc, got, streams)
+    for node in valkey_cluster.masters():  # every invalidation listener is cut off
+        with redis.Redis(port=node.port) as c:
+            c.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+    await _write(rc, streams, 60, seed=5)
+    await _caught_up(rc, got, streams)
+    stop.set()
+    await follower
+    await reader.aclose()
+    assert sum(len(v) for v in got.values()) == 120
