@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("parser", "engine", "dispatch", "overlap", "load", "routing", "reads")
+BENCHES = ("parser", "engine", "dispatch", "overlap", "load", "routing", "reads", "grammar", "grammar_libs")
 
 
 def run_bench(name: str, argv: list[str]) -> int:

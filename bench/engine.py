@@ -10,6 +10,8 @@ cache emptied (what a decoder without pins pays).  Goal: >= 10x at the longest c
 ``generate`` at several batch sizes, on the same random ~1M-parameter Qwen2, float32 CPU.
 Decode rate = batch x (N - 1) / (time from the first to the last generated token), best of
 ``--repeats`` runs, the two engines interleaved so that load from other processes hits both.
+(c) Decode tokens/s without and with grammar constraints, and the masks' share of step time,
+on the bundled model and a 150k-vocabulary model (``bench/engine_grammar.py``).
 Writes ``engine.json``, ``engine.md`` and ``engine.png`` under ``--out``.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 
 import torch
 
+from bench import engine_grammar
 from bench.common import markdown_table, progress, write_results
 from workers.decode.native.config import EngineConfig
 from workers.decode.engine import GenerateRequest, SamplingParams
@@ -46,10 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         path = build_checkpoint(Path(tmp) / "qwen2", "qwen2", **MODEL)
         ttft = asyncio.run(_ttft_all(path, args))
         decode = asyncio.run(_decode_all(path, args))
+        models = {"tiny-agent": engine_grammar.TINY, "random 150k vocab": engine_grammar.large_vocab_model(Path(tmp))}
+        grammar = asyncio.run(engine_grammar.constrained_all(models, args.batches, args.new_tokens, args.repeats))
     longest = ttft[-1]
-    data = {"model": MODEL, "threads": args.threads, "ttft": ttft, "decode": decode,
+    data = {"model": MODEL, "threads": args.threads, "ttft": ttft, "decode": decode, "grammar": grammar,
             "ttft_speedup_longest": longest["speedup"], "ttft_goal": TTFT_GOAL}
-    out = write_results("engine", args.out, data, _table(ttft, decode))
+    tables = _table(ttft, decode) + "\n\n(c) decode with grammar constraints\n\n" + engine_grammar.table(grammar)
+    out = write_results("engine", args.out, data, tables)
     _plot(out / "engine.png", ttft, decode)
     verdict = "met" if longest["speedup"] >= TTFT_GOAL else "MISSED"
     print(f"continuation TTFT at {longest['context']} tokens: {longest['speedup']:.1f}x faster with the pin "

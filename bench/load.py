@@ -1,163 +1,151 @@
-"""``turnstream bench load``: S concurrent agent sessions against the ReplayEngine.
+"""``turnstream bench load``: S concurrent agent sessions against the ReplayEngine, per load mode.
 
-Each session is a two-turn agent conversation (text + one tool call, then an answer) whose
-tokens the ReplayEngine emits at ``--rate`` tokens/s.  For every content event the client
-records receive time minus the event's origin time (when the decoder emitted its tokens):
-the latency the pipeline adds.  Also printed: events lost (expected vs received content),
-Redis commands per token, and CPU of each process (percent of the run, and microseconds per
-token: what one more process of that stage buys).  Everything runs on this machine: the client,
-every worker, the gateway and the server share its cores.
+Each session is a two-turn agent conversation (``bench.load_client``) whose tokens the ReplayEngine
+emits at ``--rate`` tokens/s, in each ``--modes``:
+
+* ``batched`` (the headline): one decoder step serves every running session, one token each, as
+  a batching engine does;
+* ``per_session``: every session runs its own timer.
+
+Reported per (mode, S): added latency p50/p99/max (client receive time minus the time the decoder
+took the token from its engine), sessions lost, Redis commands per token (every command, those
+run inside Lua scripts included), and the CPU microseconds per streamed token of every process:
+the pipeline (decoder shell, parser, gateway, Redis), the tool worker, and the bench client.  The
+run fails (exit 1) unless every session delivered every event exactly once and every token.
+``--profile`` records a py-spy flame graph of the decoder, parser and gateway of each run.
+Everything runs on this machine: the client, every worker, the gateway and the server share its cores.
 
 ``--cluster`` runs the same on a 3-master Valkey Cluster (3 replicas; the tool queues on a plain
-server beside it) and prints how the work spread over the masters (``bench.load_cluster``).
+server beside it): commands and Redis CPU are summed over the masters, and how the work spread
+over them is printed too (``bench.load_cluster``); the run fails unless the per-token work
+spread within ``SPREAD_GOAL_PCT``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
-import httpx
-import websockets
-
-from bench.common import markdown_table, percentile, plot, progress, write_results
+from bench import load_report
+from bench.common import DEFAULT_OUT, markdown_table, percentile, progress, write_results
+from bench.load_client import run_sessions
 from bench.load_cluster import balance, broker, cpu_seconds
+from bench.profile import Profiler
+from runtime import aio, cluster
 from runtime.config import load_config
+from schemas import keys
 from turnstream.embedded import free_port
-from turnstream.stack import start_processes, stop_all
-
-WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
-
-
-def script(tokens: int) -> tuple[list[str], str]:
-    """A two-turn replay script of about ``tokens`` tokens per turn, and turn 0's content."""
-    body = " ".join(WORDS[i % len(WORDS)] for i in range(tokens // 2))
-    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
-    return [f"{body}.\n{call}", f"The answer is {{{{ results[0] }}}}. {body}."], f"{body}.\n"
+from turnstream.stack import start_processes, stop_all, wait_for_decoders
+from workers.decode.replay import MODES, load_tokenizer
 
 
-async def one_session(url: str, body: dict[str, Any], lat: list[float], stats: dict[str, int],
-                      sids: list[str]) -> str:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        sid = (await http.post("/v1/sessions", json=body)).json()["id"]
-    sids.append(sid)
-    content: list[str] = []
-    async with websockets.connect(url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws", max_queue=None) as ws:
-        subscribed = time.time()  # events emitted before this are history, not relay latency
-        async for frame in ws:
-            now = time.time()
-            ev = json.loads(frame)
-            kind = ev["body"]["type"]
-            if kind == "turn.ended":
-                stats["tokens"] = stats.get("tokens", 0) + ev["body"]["completion_tokens"]
-            elif kind == "content.delta":
-                if ev.get("t0", 0) >= subscribed:
-                    lat.append((now - ev["t0"]) * 1000)
-                if ev["turn"] == 0:
-                    content.append(ev["body"]["text"])
-            elif kind == "session.ended":
-                stats["ended_" + ev["body"]["reason"]] = stats.get("ended_" + ev["body"]["reason"], 0) + 1
-    return "".join(content)
+SPREAD_GOAL_PCT = 25.0  # --cluster: the largest deviation of a master's per-token work from the mean
 
 
-async def run_level(url: str, sessions: int, tokens: int, ramp_s: float) -> dict[str, Any]:
-    replay, expected = script(tokens)
-    body = {"messages": [{"role": "user", "content": "go"}], "replay": replay, "max_tokens": 4 * tokens}
-    lat: list[float] = []
-    stats: dict[str, int] = {}
-    sids: list[str] = []
-
-    async def delayed(i: int) -> str:
-        await asyncio.sleep(ramp_s * i / sessions)
-        return await one_session(url, body, lat, stats, sids)
-
-    contents = await asyncio.gather(*(delayed(i) for i in range(sessions)), return_exceptions=True)
-    failed = [c for c in contents if isinstance(c, BaseException)]
-    lost = sum(1 for c in contents if not isinstance(c, BaseException) and c != expected)
-    return {"lat": lat, "failed": len(failed), "lost": lost, "stats": stats, "sids": sids,
-            "errors": sorted({repr(f)[:200] for f in failed})[:3]}
+def engine_cpu_seconds(r: Any) -> float:
+    """CPU seconds the decoders' ReplayEngines spent making tokens, from their heartbeats (one server or
+    a cluster: SCAN visits every master)."""
+    beats = set(r.scan_iter(match=keys.decoder_heartbeat("*"), count=500))
+    return sum(json.loads(r.get(k) or "{}").get("cpu_s", 0.0) for k in beats)
 
 
-def measure(level: int, args: argparse.Namespace) -> dict[str, Any]:
+def parse_variants(text: str) -> dict[str, dict[str, str]]:
+    """``"a:loop=asyncio,ws_compression=deflate;b:"`` -> {"a": {...}, "b": {}}: configurations compared in one run."""
+    out: dict[str, dict[str, str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, sets = part.partition(":")
+        out[name.strip()] = dict(kv.split("=", 1) for kv in filter(None, (x.strip() for x in sets.split(","))))
+    return out or {"default": {}}
+
+
+def measure(mode: str, level: int, args: argparse.Namespace, variant: str = "default",
+            overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run of ``level`` sessions in ``mode`` on a fresh broker (a server, or ``--cluster``) and fresh processes."""
     with broker(args.cluster) as b:
-        cfg = load_config(redis_url=b.url, queue_url=b.queue_url or None, port=free_port(), engine="replay",
-                          replay_rate=args.rate, log_level="WARNING")
+        cfg = load_config(**{"log_level": "WARNING", **(overrides or {}), "redis_url": b.url,
+                             "queue_url": b.queue_url or None, "port": free_port(), "engine": "replay",
+                             "replay_rate": args.rate, "replay_mode": mode})
         procs = dict(start_processes(cfg, ["decode", "parser", "tools", "gateway"]))
-        pids = {**{k: p.pid for k, p in procs.items()}, **b.pids, "client": os.getpid()}
+        pids = {**{k: p.pid for k, p in procs.items()}, "client": os.getpid(), **b.pids}
         try:
-            cpu0, nodes0, slots0 = {k: cpu_seconds(p) for k, p in pids.items()}, b.nodes(), b.slot_cpu()
-            t0 = time.monotonic()
-            res = asyncio.run(run_level(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp))
+            wait_for_decoders(b.url, 1)
+            r = cluster.connect_sync(b.url)
+            profiler = Profiler.start(args.profile, f"{variant}-{mode}-{level}", pids, args.profile_format)
+            cpu0, cmd0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, b.command_calls(), time.monotonic()
+            nodes0, slots0, engine0 = b.nodes(), b.slot_cpu(), engine_cpu_seconds(r)
+            tally = aio.run(run_sessions(f"http://{cfg.host}:{cfg.port}", level, args.tokens, args.ramp,
+                                         load_tokenizer(cfg.model)), cfg.loop)
             wall = time.monotonic() - t0
-            cpu = {k: round(cpu_seconds(p) - cpu0[k], 2) for k, p in pids.items()}
+            cpu = {k: round(cpu_seconds(p) - cpu0[k], 3) for k, p in pids.items()}
+            cmds = {k: n - cmd0.get(k, 0) for k, n in b.command_calls().items() if n > cmd0.get(k, 0)}
             nodes1, slots1 = b.nodes(), b.slot_cpu()
-            if args.commandstats:
-                _print_top_commands(b.url)
+            profiler.stop()
+            time.sleep(cfg.heartbeat_ms / 1000 + 0.2)  # the decoder's next heartbeat carries its engine's CPU
+            cpu["engine"] = round(engine_cpu_seconds(r) - engine0, 3)
+            r.close()
         finally:
             stop_all(list(procs.values()))
-    tokens, lat, sids = res["stats"].get("tokens", 0), res.pop("lat"), res.pop("sids")
-    cmds = sum(n["commands"] for n in nodes1.values()) - sum(n["commands"] for n in nodes0.values())
-    row = {"sessions": level, "rate": args.rate, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-           "max_ms": max(lat, default=float("nan")), "samples": len(lat), "lost": res["lost"],
-           "failed": res["failed"], "tokens": tokens, "cmds_per_token": cmds / max(1, tokens), "wall_s": wall,
-           "cpu_s": cpu, "cpu_pct": {k: round(100 * v / wall, 1) for k, v in cpu.items()},
-           "cpu_us_per_token": {k: round(1e6 * v / max(1, tokens), 1) for k, v in cpu.items()}, **res}
+    cpu["redis"] = _redis_cpu(cpu)
+    row = {"variant": variant, "mode": mode, "sessions": level, "rate": args.rate, "p50_ms": percentile(tally.lat_ms, 50),
+           "p99_ms": percentile(tally.lat_ms, 99), "max_ms": max(tally.lat_ms, default=float("nan")),
+           "samples": len(tally.lat_ms), "lost": level - tally.sessions_ok, "problems": tally.problems[:20],
+           "tokens": tally.tokens, "events": tally.events, "cmds_per_token": round(sum(cmds.values()) / max(1, tally.tokens), 2),
+           "cmds_by_name_per_token": {k: round(n / max(1, tally.tokens), 3) for k, n in
+                                      sorted(cmds.items(), key=lambda kv: -kv[1])[:12]},
+           "wall_s": round(wall, 2), "cpu_s": cpu, "loadavg": round(os.getloadavg()[0], 1)}
+    row["us_per_token"] = load_report.us_per_token(row)
     if args.cluster:
-        row["balance"] = balance(nodes0, nodes1, slots0, slots1, sids)
+        row["balance"] = balance(nodes0, nodes1, slots0, slots1, tally.sids)
     return row
 
 
-def _print_top_commands(url: str) -> None:
-    from runtime import cluster
-
-    r = cluster.connect_sync(url)
-    stats = r.info("commandstats")
-    if cluster.is_cluster(r):  # per node: add them up
-        merged: dict[str, int] = {}
-        for node_stats in stats.values():
-            for k, v in node_stats.items():
-                merged[k] = merged.get(k, 0) + v["calls"]
-        top = sorted(merged.items(), key=lambda kv: -kv[1])[:8]
-    else:
-        top = sorted(((k, v["calls"]) for k, v in stats.items()), key=lambda kv: -kv[1])[:8]
-    progress("  top commands: " + ", ".join(f"{k[8:]}={n}" for k, n in top))
-    r.close()
+def _redis_cpu(cpu: dict[str, float]) -> float:
+    """The data servers' CPU seconds: the server, or every master of a cluster (the queue server apart)."""
+    return round(sum(v for k, v in cpu.items() if k == "redis" or k.startswith("redis:")), 3)
 
 
-KINDS = ("gateway", "decode", "parser", "tools", "redis", "client")
-SPREAD_GOAL_PCT = 25.0
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="turnstream bench load", description=__doc__)
+    ap.add_argument("--sessions", default="100,300,1000", help="comma-separated concurrency levels")
+    ap.add_argument("--modes", default="batched,per_session", help=f"comma-separated load modes: {', '.join(MODES)}")
+    ap.add_argument("--rate", type=float, default=20.0, help="tokens/s per session")
+    ap.add_argument("--tokens", type=int, default=100, help="tokens per turn (two turns per session)")
+    ap.add_argument("--ramp", type=float, default=2.0, help="seconds over which sessions start")
+    ap.add_argument("--cluster", action="store_true", help="on a 3-master Valkey Cluster (3 replicas)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", nargs="?", const=str(DEFAULT_OUT / "flame"), default=None, metavar="DIR",
+                    help="py-spy flame graphs of the decoder, parser and gateway of every run (default dir: %(const)s)")
+    ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
+    ap.add_argument("--variants", default="", metavar="NAME:KEY=VALUE,...;...",
+                    help="configurations to compare side by side, each level run once per variant, interleaved")
+    args = ap.parse_args(argv)
+    args.variants = parse_variants(args.variants)
+    args.modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(args.modes) - set(MODES):
+        ap.error(f"unknown modes {sorted(unknown)}; expected {', '.join(MODES)}")
+    return args
 
 
-def _stage(values: dict[str, float], kind: str) -> float:
-    """A stage's figure; "redis" sums every master of a cluster (the tool-queue server is apart)."""
-    if kind == "redis":
-        return round(sum(v for k, v in values.items() if k == "redis" or k.startswith("redis:")), 1)
-    return values[kind]
-
-
-def _tables(rows: list[dict[str, Any]]) -> str:
-    headers = ["sessions", "tok/s each", "tokens", "p50 ms", "p99 ms", "max ms", "lost", "failed", "cmds/token"]
-    table = markdown_table(headers + [f"{k} cpu%" for k in KINDS], [
-        [r["sessions"], r["rate"], r["tokens"], r["p50_ms"], r["p99_ms"], r["max_ms"], r["lost"], r["failed"],
-         r["cmds_per_token"]] + [_stage(r["cpu_pct"], k) for k in KINDS] for r in rows])
-    cost = markdown_table(["sessions"] + [f"{k} CPU µs/token" for k in KINDS], [
-        [r["sessions"]] + [_stage(r["cpu_us_per_token"], k) for k in KINDS] for r in rows])
-    out = [table, "", cost]
-    for r in rows:
-        if "balance" in r:
-            out += ["", _balance_table(r)]
-    return "\n".join(out)
+def _report(row: dict[str, Any]) -> dict[str, Any]:
+    progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
+             f"{row['cmds_per_token']:.2f} cmds/token  µs/token {row['us_per_token']}")
+    progress(f"  commands per token: {row['cmds_by_name_per_token']}")
+    for problem in row["problems"][:5]:
+        progress(f"  PROBLEM {problem}")
+    if "balance" in row:
+        progress(f"  spread over the masters: per-token work ±{row['balance']['per_token_spread_pct']} %")
+    return row
 
 
 def _balance_table(r: dict[str, Any]) -> str:
     b = r["balance"]
-    table = markdown_table(["sessions", "master", "its sessions", "commands", "CPU s", "session slots CPU ms",
+    table = markdown_table(["mode", "sessions", "master", "its sessions", "commands", "CPU s", "session slots CPU ms",
                             "other slots CPU ms"],
-                           [[r["sessions"], m["port"], m["sessions"], m["commands"], m["cpu_s"],
+                           [[r["mode"], r["sessions"], m["port"], m["sessions"], m["commands"], m["cpu_s"],
                              m["session_slots_cpu_ms"], m["other_slots_cpu_ms"]] for m in b["masters"]])
     return (f"{table}\n\nspread over the masters (largest deviation from the mean): per-token work "
             f"(session slots' CPU) ±{b['per_token_spread_pct']} %, commands ±{b['commands_spread_pct']} %, "
@@ -166,32 +154,25 @@ def _balance_table(r: dict[str, Any]) -> str:
 
 def _ok(r: dict[str, Any]) -> bool:
     balanced = "balance" not in r or r["balance"]["per_token_spread_pct"] <= SPREAD_GOAL_PCT
-    return r["lost"] == 0 and r["failed"] == 0 and balanced
+    return r["lost"] == 0 and not r["problems"] and r["tokens"] > 0 and balanced
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="turnstream bench load", description=__doc__)
-    ap.add_argument("--sessions", default="100,300,1000", help="comma-separated concurrency levels")
-    ap.add_argument("--rate", type=float, default=20.0, help="tokens/s per session")
-    ap.add_argument("--tokens", type=int, default=100, help="tokens per turn (two turns per session)")
-    ap.add_argument("--ramp", type=float, default=2.0, help="seconds over which sessions start")
-    ap.add_argument("--cluster", action="store_true", help="on a 3-master Valkey Cluster (3 replicas)")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--commandstats", action="store_true", help="print the most frequent Redis commands")
-    args = ap.parse_args(argv)
+    args = _args(argv)
+    progress(f"load: machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rows = []
     for level in [int(x) for x in args.sessions.split(",")]:
-        progress(f"load: {level} sessions × {args.rate:g} tokens/s × 2 turns of {args.tokens} tokens"
-                 + (" on a 3-master cluster" if args.cluster else ""))
-        row = measure(level, args)
-        progress(f"  p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms  lost {row['lost']}  "
-                 f"failed {row['failed']}  {row['cmds_per_token']:.2f} cmds/token  cpu% {row['cpu_pct']}")
-        rows.append(row)
+        for mode in args.modes:
+            for variant, overrides in args.variants.items():
+                progress(f"load: {variant} {overrides or ''} {mode}, {level} sessions × {args.rate:g} tokens/s "
+                         f"× 2 turns of {args.tokens} tokens" + (" on a 3-master cluster" if args.cluster else ""))
+                rows.append(_report(measure(mode, level, args, variant, overrides)))
+    rows.sort(key=lambda r: (r["variant"], r["mode"], r["sessions"]))
     name = "load-cluster" if args.cluster else "load"
-    out = write_results(name, args.out, {"rows": rows, "cluster": args.cluster}, _tables(rows))
-    xs = [r["sessions"] for r in rows]
-    plot(out / f"{name}.png", f"added latency, token produced → client received ({args.rate:g} tok/s per session"
-         + (", 3-master cluster)" if args.cluster else ")"),
-         "concurrent sessions", "ms", {"p50": (xs, [r["p50_ms"] for r in rows]),
-                                       "p99": (xs, [r["p99_ms"] for r in rows])}, logy=True)
-    return 0 if all(map(_ok, rows)) else 1
+    tables = "\n\n".join([load_report.tables(rows), *(_balance_table(r) for r in rows if "balance" in r)])
+    out = write_results(name, args.out, {"rows": rows, "cluster": args.cluster}, tables)
+    load_report.plot(Path(out) / f"{name}.png", rows, args.rate)
+    ok = all(map(_ok, rows))
+    if not ok:
+        progress("load: FAILED -- some session lost an event or a token, or a cluster's work was uneven (see above)")
+    return 0 if ok else 1

@@ -52,12 +52,25 @@ class Broker:
     def commands(self) -> int:
         return sum(n["commands"] for n in self.nodes().values())
 
+    def command_calls(self) -> dict[str, int]:
+        """Calls of every command so far (those run inside scripts included), by name, over the data nodes."""
+        out: dict[str, int] = {}
+        for port in self._ports():
+            with redis.Redis(port=port) as r:
+                for k, v in r.info("commandstats").items():
+                    name = k.removeprefix("cmdstat_")
+                    out[name] = out.get(name, 0) + v["calls"]
+        return out
+
+    def _ports(self) -> list[int]:
+        """The nodes serving data now: the masters of a cluster, or the one server."""
+        servers = self.cluster.masters() if self.cluster else []
+        return [s.port for s in servers] or [int(self.url.rsplit(":", 1)[1].split("/")[0])]
+
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Per node serving data now: its commands and CPU seconds so far."""
-        servers = self.cluster.masters() if self.cluster else []
-        ports = [s.port for s in servers] or [int(self.url.rsplit(":", 1)[1].split("/")[0])]
         out = {}
-        for port in ports:
+        for port in self._ports():
             with redis.Redis(port=port) as r:
                 pid = int(r.info("server")["process_id"])
                 out[port] = {"commands": commands(r), "cpu_s": cpu_seconds(pid)}

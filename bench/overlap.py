@@ -32,6 +32,7 @@ from runtime import bus
 from runtime.config import Config, load_config
 from turnstream.embedded import EmbeddedRedis
 from runtime.session import Sessions
+from workers.parser import tools_called
 from turnstream.stack import spawn, stop_all
 
 MODES = ("on_close", "after_turn")
@@ -83,7 +84,7 @@ def bounds(shape: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
 # --------------------------------------------------------------------------- running
 async def _session(r: Any, sid: str, script: list[str]) -> float:
     await Sessions(r).create(sid, [{"role": "user", "content": "plan my trip"}], meta={"replay": script},
-                             max_turns=4, params={"max_tokens": 8192})
+                             max_turns=4, params={"max_tokens": 8192}, tools=tools_called(script))
     t0 = time.time()
     await bus.add(r, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=0)))
     return t0

@@ -1,16 +1,21 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
-Request path, outermost first: ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
-``BodyLimitMiddleware`` (413) -> routes (``gateway.openai_api``, ``gateway.sessions``,
-``gateway.streams``).  Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a
-decoder is alive), ``/metrics``, the playground (``/``), the OpenAPI schema.  Every error is in
-OpenAI's shape (``gateway.errors``).  The process beats ``ts:gateway:hb:{id}`` like the workers.
+Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
+``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
+``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
+(``gateway.openai_api``, ``gateway.responses_api``, ``gateway.anthropic_api``, ``gateway.sessions``,
+``gateway.streams``).
+Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
+``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
+Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
+The process beats ``ts:gateway:hb:{id}`` like the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -21,12 +26,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from gateway import errors
+from gateway import errors, strict_json
+from gateway.anthropic_api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
-from gateway.limits import BodyLimitMiddleware, RateLimiter
+from gateway.context import ContextCheck
+from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.openai_api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
+from gateway.responses_api import router as responses_router
 from gateway.session_ops import SessionOps
 from gateway.sessions import router as sessions_router
 from gateway.streams import router as streams_router
@@ -52,6 +60,7 @@ def create_app(cfg: Config) -> FastAPI:
         s.catalog = ToolCatalog(s.redis)  # the server tools sessions may use, as the tool workers publish them
         s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
         s.ops = SessionOps(cfg, s.redis, s.metrics)
+        s.context = ContextCheck(s.redis, cfg.model)
         reader = bus.connect(cfg.redis_url)
         s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
         await s.relay.start()
@@ -75,9 +84,13 @@ def create_app(cfg: Config) -> FastAPI:
                               "completions and a session API with resumable event streams.")
     errors.install(app)
     app.add_exception_handler(RelayUnavailable, _unavailable)
-    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes)
-    app.add_middleware(AuthMiddleware)  # added last = outermost: authenticate before reading the body
+    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes, check=strict_json.check_body)
+    app.add_middleware(AuthMiddleware)  # authenticate before reading the body
+    app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
+    app.add_middleware(errors.ErrorBoundary)  # added last = outermost
     app.include_router(openai_router)
+    app.include_router(responses_router)
+    app.include_router(anthropic_router)
     app.include_router(sessions_router)
     app.include_router(streams_router)
     _add_open_routes(app)
@@ -86,7 +99,7 @@ def create_app(cfg: Config) -> FastAPI:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     return errors.ApiError(503, str(exc), type="server_error", code="unavailable",
-                           headers={"Retry-After": "1"}).response()
+                           headers={"Retry-After": "1"}).response(request.url.path)
 
 
 def serve(cfg: Config) -> None:
@@ -101,7 +114,8 @@ def serve(cfg: Config) -> None:
     app = create_app(cfg)
     server = uvicorn.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), log_config=None, ws="websockets-sansio",
-        ws_max_size=cfg.max_request_bytes, timeout_graceful_shutdown=5))
+        loop=_loop(cfg), ws_max_size=cfg.max_request_bytes, ws_per_message_deflate=cfg.ws_compression == "deflate",
+        timeout_graceful_shutdown=5))
     uvicorn_exit = server.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:
@@ -112,6 +126,13 @@ def serve(cfg: Config) -> None:
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     server.run()
+
+
+def _loop(cfg: Config) -> str:
+    """uvicorn's name for the configured event loop (``runtime.aio``)."""
+    if cfg.loop == "uvloop" and importlib.util.find_spec("uvloop") is not None:
+        return "uvloop"
+    return "asyncio"
 
 
 def _add_open_routes(app: FastAPI) -> None:
@@ -142,7 +163,7 @@ def _add_open_routes(app: FastAPI) -> None:
         await s.metrics.refresh(s.redis, await s.catalog.pools(), s.relay)
         return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def playground() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 

@@ -6,7 +6,8 @@ itself or ``sha256:<64 hex>`` (its SHA-256, so the plaintext need not be stored 
 Only SHA-256 digests are kept in memory.  No keys configured = open (dev) mode: every caller
 is the same anonymous principal, and a warning is logged at start.
 
-A request presents its key as ``Authorization: Bearer <key>``.  A WebSocket may instead use
+A request presents its key as ``Authorization: Bearer <key>`` or, as Anthropic's clients do,
+``x-api-key: <key>`` (on every route; Bearer wins when both are sent).  A WebSocket may instead use
 the query parameter ``?token=<key>`` or offer the subprotocol ``bearer.<key>`` (browsers
 cannot set headers on a WebSocket); the server then selects ``turnstream.v1`` if that was
 offered too, else echoes ``bearer.<key>``.
@@ -95,7 +96,8 @@ class KeyRing:
         if self.open:
             return Principal("", f"open:{client}")
         if not token:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                           code="missing_api_key")
         d = digest(token)
         if d not in self.digests:
             raise ApiError(401, "invalid API key", code="invalid_api_key")
@@ -124,8 +126,9 @@ def offered_subprotocols(scope: dict[str, Any]) -> list[str]:
 
 
 def presented_token(scope: dict[str, Any]) -> str | None:
-    """The key a request presents: the Bearer header; for a WebSocket also ``?token=`` or subprotocol."""
-    token = _bearer(_header(scope, b"authorization"))
+    """The key a request presents: the Bearer header, else ``x-api-key``; for a WebSocket also
+    ``?token=`` or the subprotocol."""
+    token = _bearer(_header(scope, b"authorization")) or (_header(scope, b"x-api-key") or "").strip() or None
     if token or scope["type"] != "websocket":
         return token
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -153,11 +156,11 @@ def client_address(scope: dict[str, Any]) -> str:
 async def reject(scope: dict[str, Any], receive: Any, send: Any, err: ApiError) -> None:
     """Answer a request with ``err`` before the app sees it (a WebSocket gets an HTTP denial)."""
     if scope["type"] == "http":
-        await err.response()(scope, receive, send)
+        await err.response(scope["path"])(scope, receive, send)
         return
     await receive()  # websocket.connect
     if "websocket.http.response" in scope.get("extensions", {}):
-        await err.response()(scope, receive, send)
+        await err.response(scope["path"])(scope, receive, send)
     else:
         await send({"type": "websocket.close", "code": 4000 + err.status, "reason": err.message[:120]})
 

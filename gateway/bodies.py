@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import jinja2
-import jsonschema
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
+
+from gateway import tool_schemas
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 _jinja = jinja2.Environment(autoescape=False)
@@ -35,21 +36,21 @@ def flatten(content: Content) -> str | None:
     return "".join(p.text for p in content)
 
 
+def _check_schema(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    if v is not None:
+        tool_schemas.check(v)
+    return v
+
+
 class FunctionDef(BaseModel):
+    """A function; without ``parameters`` it takes no arguments (``gateway.tool_schemas``)."""
+
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
-    @field_validator("parameters")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                jsonschema.validators.validator_for(v).check_schema(v)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
-        return v
+    _schema = field_validator("parameters")(_check_schema)
 
 
 class ToolDef(BaseModel):
@@ -59,7 +60,10 @@ class ToolDef(BaseModel):
     function: FunctionDef
 
     def as_dict(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        """The definition as stored and rendered: ``parameters`` always written out."""
+        out = self.model_dump(exclude_none=True)
+        out["function"]["parameters"] = tool_schemas.normalise(self.function.parameters)
+        return out
 
 
 class FunctionCall(BaseModel):
@@ -131,30 +135,89 @@ Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage
 """One conversation message, OpenAI's shape, by role (``developer`` is read as ``system``)."""
 
 
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str = "response"
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    _schema = field_validator("schema_")(_check_schema)
+
+
+class ResponseFormat(BaseModel):
+    """``text``, ``json_object`` or ``json_schema`` (the answer is held to the schema by the decoder's grammar)."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        return super().model_dump(by_alias=True, **kw)
+
+
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """Documented request examples (the API docs show them; the property suite mutates them)."""
+    return ConfigDict(json_schema_extra={"examples": list(bodies)})
+
+
+_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_ASK = {"role": "user", "content": "What's the weather in Paris?"}
+
+
 # --------------------------------------------------------------------------- session API
 class CreateSession(BaseModel):
     """``POST /v1/sessions``: a server-side agent loop.
 
-    ``tools``: a name picks a server tool of the registry (run by the tool workers); a full
-    function definition declares a client tool (its calls are sent to the client, which posts
-    the result).  Omitted: every server tool.
+    ``tools``: a name picks a server tool of the registry (run by the tool workers); a function
+    definition (``{"type": "function", "function": {...}}``, or the bare function) declares a
+    client tool (its calls are sent to the client, which posts the result).  Omitted: every
+    server tool.
     """
 
+    model_config = _examples(
+        {"messages": [{"role": "system", "content": "You are a concise assistant."}, _ASK], "max_turns": 4},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Where is order A17?"}]}],
+         "tools": ["get_weather", {"name": "lookup_order", "description": "Find an order",
+                                   "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}],
+         "max_tokens": 128, "temperature": 0.7, "seed": 7, "stop": ["\n\n"]})
+
     messages: list[Message] = Field(min_length=1)
-    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)] | ToolDef] | None = None
+    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)] | ToolDef | FunctionDef] | None = None
     max_turns: int | None = Field(default=None, ge=1)
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[str] | None = Field(default=None, max_length=8)
+    # held by the decoder's grammar; required/named bind each turn that answers a user message
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    response_format: ResponseFormat | None = None
     replay: Replay = None
 
     _replay = field_validator("replay")(_check_replay)
 
+    @field_validator("tools")
+    @classmethod
+    def _bare_functions(cls, v: list[str | ToolDef | FunctionDef] | None) -> list[str | ToolDef] | None:
+        """A bare function is read as ``{"type": "function", "function": ...}``."""
+        return None if v is None else [ToolDef(type="function", function=t) if isinstance(t, FunctionDef) else t
+                                       for t in v]
+
 
 class AddMessage(BaseModel):
     """``POST /v1/sessions/{id}/messages``: continue an ended session with a user message."""
+
+    model_config = _examples({"content": "And in Oslo?"}, {"content": [{"type": "text", "text": "Thanks!"}],
+                                                           "max_turns": 2})
 
     content: str | list[TextPart]
     max_turns: int | None = Field(default=None, ge=1, description="turns allowed for this message (default: config)")
@@ -162,6 +225,9 @@ class AddMessage(BaseModel):
 
 class ToolResultIn(BaseModel):
     """The result of a client-side tool call (HTTP body item, or a WebSocket ``tool_result`` message)."""
+
+    model_config = _examples({"tool_call_id": "call_0_0", "content": "{\"status\": \"shipped\"}"},
+                             {"tool_call_id": "call_0_1", "content": "no such order", "is_error": True})
 
     tool_call_id: str = Field(min_length=1, max_length=200)
     content: str | list[TextPart]
@@ -173,25 +239,19 @@ class ToolResultIn(BaseModel):
 
 
 # --------------------------------------------------------------------------- OpenAI API
-class NamedFunction(BaseModel):
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    type: Literal["function"]
-    function: NamedFunction
-
-
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ResponseFormat(BaseModel):
-    type: str
-
-
 class ChatRequest(BaseModel):
     """``POST /v1/chat/completions`` (the fields turnstream honours; others are ignored)."""
+
+    model_config = _examples(
+        {"model": "tiny-agent", "messages": [_ASK], "tools": [_WEATHER], "tool_choice": "auto", "max_tokens": 128},
+        {"model": "tiny-agent", "stream": True, "stream_options": {"include_usage": True}, "tools": [_WEATHER],
+         "messages": [_ASK, {"role": "assistant", "content": None, "tool_calls": [{
+             "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"}]})
 
     model: str
     messages: list[Message] = Field(min_length=1)

@@ -1,14 +1,19 @@
-"""Every error the gateway returns, in OpenAI's shape.
+"""Every error the gateway returns, in OpenAI's shape (Anthropic's on the ``/v1/messages``
+routes: ``gateway.anthropic_errors``, chosen by the request's path).
 
     {"error": {"message": str, "type": str, "param": str | null, "code": str | null}}
 
 ``ApiError`` is the one exception the routes raise; the handlers installed by ``install``
 also turn request-validation failures (400), unknown routes and Starlette's HTTP errors into
-that shape, and anything unexpected into a 500 that names no internals.
+that shape.  Anything unexpected is caught by ``ErrorBoundary``, the outermost middleware: one
+logged traceback and a 500 that names no internals.  (Not an ``Exception`` handler: Starlette
+runs that one in its ``ServerErrorMiddleware``, which re-raises after responding, so uvicorn
+logs the traceback again and closes the keep-alive connection.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -17,12 +22,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway import anthropic_errors
+
 log = logging.getLogger(__name__)
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
           413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
-          429: "rate_limit_error"}
+          429: "rate_limit_error", 431: "invalid_request_error"}
 
 
 class ApiError(Exception):
@@ -35,33 +42,86 @@ class ApiError(Exception):
         self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
+    def body(self, path: str = "") -> dict[str, Any]:
+        """The error body in the shape of the API that ``path`` belongs to."""
+        if anthropic_errors.applies(path):
+            return anthropic_errors.body(self.status, self.message)
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, path: str = "") -> JSONResponse:
+        return JSONResponse(self.body(path), status_code=self.status, headers=self.headers)
 
 
 def not_found(what: str, code: str = "not_found") -> ApiError:
     return ApiError(404, f"{what} not found", code=code)
 
 
-def _param(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or None
+_SOURCES = ("body", "query", "path", "header", "cookie")
+_TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")
+
+
+def _client_path(error: dict[str, Any], body: Any) -> list[str | int]:
+    """The parts of a pydantic error's ``loc`` that name places in what the client sent.
+
+    ``loc`` also names union members (``constrained-str``, ``ToolDef``, ``literal[...]``): a
+    part is kept only where the client's value has that key or index (or it is the missing
+    field itself), so those drop out.
+    """
+    loc = list(error.get("loc", ()))
+    if loc and loc[0] in _SOURCES:
+        source, loc = loc[0], loc[1:]
+        if source != "body":
+            return loc
+    parts: list[str | int] = []
+    node = body
+    for i, part in enumerate(loc):
+        if isinstance(node, (dict, list)) and _has(node, part):
+            parts.append(part)
+            node = node[part]
+        elif i == len(loc) - 1 and error.get("type") == "missing":
+            parts.append(part)
+    if error.get("type") in _TAG_ERRORS:
+        parts.append(str(error.get("ctx", {}).get("discriminator", "")).strip("'\"") or "type")
+    return parts
+
+
+def _has(node: dict | list, part: str | int) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(part, int) and 0 <= part < len(node)
+
+
+def format_param(parts: list[str | int]) -> str | None:
+    """``["messages", 2, "content"]`` -> ``"messages[2].content"`` (OpenAI's ``param``)."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def invalid(errors: list[dict[str, Any]], body: Any) -> ApiError:
+    """A 400 for the validation error that reaches deepest into the client's value (of the errors
+    pydantic reports for each member of a union, the one about the member the client meant)."""
+    if not errors:
+        return ApiError(400, "invalid request", code="invalid_value")
+    paths = [_client_path(e, body) for e in errors]
+    best = max(range(len(errors)), key=lambda i: len(paths[i]))  # the first on a tie
+    param = format_param(paths[best])
+    msg = errors[best].get("msg", "invalid value")
+    return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
+
+
+def unsupported(param: str, what: str) -> ApiError:
+    """A 400 naming a request field whose value this server does not implement."""
+    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
 
 
 def validation_error(exc: RequestValidationError) -> ApiError:
-    """The first validation problem, as a 400 naming the offending parameter."""
+    """The validation problem that names the client's field most precisely, as a 400."""
     errors = exc.errors()
-    if not errors:
-        return ApiError(400, "invalid request")
-    first = errors[0]
-    param = _param(tuple(first.get("loc", ())))
-    msg = first.get("msg", "invalid value")
-    if first.get("type") == "json_invalid":
+    if errors and errors[0].get("type") == "json_invalid":
         return ApiError(400, "the request body is not valid JSON", code="invalid_json")
-    return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
+    return invalid(list(errors), exc.body)
 
 
 _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
@@ -70,22 +130,26 @@ _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error"
                    "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
 _DOCUMENTED = {"400": "invalid request", "401": "missing or invalid API key", "404": "not found (or another key's)",
                "409": "conflict with the session's state", "413": "request body too large",
-               "429": "rate limit exceeded (Retry-After)"}
+               "429": "rate limit exceeded (Retry-After)", "431": "request headers too large"}
 
 
 def document(schema: dict[str, Any]) -> dict[str, Any]:
     """Rewrite an OpenAPI schema's error responses: OpenAI-shaped 4xx instead of FastAPI's 422."""
-    schema.setdefault("components", {}).setdefault("schemas", {})["ErrorResponse"] = _ERROR_SCHEMA
-    schema["components"].setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
-    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {}).update(ErrorResponse=_ERROR_SCHEMA,
+                                                AnthropicErrorResponse=anthropic_errors.SCHEMA)
+    components.setdefault("securitySchemes", {}).update(
+        bearer={"type": "http", "scheme": "bearer"}, api_key={"type": "apiKey", "in": "header", "name": "x-api-key"})
     for path, ops in schema.get("paths", {}).items():
         if not path.startswith("/v1/"):
             continue
+        name = "AnthropicErrorResponse" if anthropic_errors.applies(path) else "ErrorResponse"
+        ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
         for op in ops.values():
             op["responses"].pop("422", None)
             for status, text in _DOCUMENTED.items():
                 op["responses"].setdefault(status, {"description": text, **ref})
-            op["security"] = [{"bearer": []}]
+            op["security"] = [{"bearer": []}, {"api_key": []}]
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     return schema
@@ -104,18 +168,52 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+        return validation_error(exc).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response()
+        return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response(request.url.path)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # the outermost boundary
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return ApiError(500, "internal server error", type="server_error").response()
+
+class ErrorBoundary:
+    """The outermost middleware: an unexpected exception is logged once and answered with a 500
+    (an HTTP response already under way is left unfinished, so the server closes that connection)
+    or a WebSocket close 1011.  Nothing is re-raised to the server."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        answered = False  # an HTTP response started, or the WebSocket closed or refused
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal answered
+            answered = answered or message["type"] in _ANSWERS
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:  # the gateway's outermost boundary
+            log.exception("unhandled error on %s %s", scope.get("method", "WEBSOCKET"), scope.get("path"))
+            if not answered:
+                await _answer_500(scope, receive, send)
+
+
+_ANSWERS = {"http.response.start", "websocket.close", "websocket.http.response.start"}
+
+
+async def _answer_500(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "http":
+        err = ApiError(500, "internal server error", type="server_error")
+        await err.response(scope["path"])(scope, receive, send)
+        return
+    with contextlib.suppress(Exception):  # the socket may be gone already
+        await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})

@@ -1,7 +1,10 @@
-"""Request limits: body size (413), counts (400), and the per-key rate limit (429).
+"""Request limits: header size (431), body size (413), counts (400), and the per-key rate limit (429).
 
+* ``HeaderLimitMiddleware`` refuses a request (HTTP or a WebSocket handshake) whose header
+  names and values total more than ``max_header_bytes`` (the HTTP server sets no such limit).
 * ``BodyLimitMiddleware`` reads at most ``max_request_bytes`` of an HTTP body before the app
-  sees it (a larger ``Content-Length`` is refused unread) and replays it to the app.
+  sees it (a larger ``Content-Length`` is refused unread), runs ``check`` on it (the JSON edge,
+  ``gateway.strict_json``) and replays it to the app.
 * ``check_counts`` enforces the configured message, tool, turn and token limits.
 * ``RateLimiter`` is a token bucket per API key, kept in Redis so that every gateway replica
   shares it: ``rate_limit_rps`` tokens per second refill a bucket of ``rate_limit_burst``; a
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -68,11 +72,26 @@ def too_large(limit: int) -> ApiError:
     return ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
 
 
-class BodyLimitMiddleware:
-    """Refuses HTTP bodies over ``limit`` bytes with 413; smaller ones are buffered and replayed."""
+class HeaderLimitMiddleware:
+    """Refuses requests whose headers total more than ``limit`` bytes with 431, before anything reads them."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
+            await reject(scope, receive, send, ApiError(431, f"request headers exceed {self.limit} bytes",
+                                                        code="request_headers_too_large"))
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Refuses HTTP bodies over ``limit`` bytes with 413; smaller ones are buffered, passed to
+    ``check`` (which raises an ApiError to refuse one) and replayed."""
+
+    def __init__(self, app: Any, limit: int, check: Callable[[dict[str, Any], bytes], None] | None = None) -> None:
+        self.app, self.limit, self.check = app, limit, check
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -85,6 +104,12 @@ class BodyLimitMiddleware:
         body = await self._read(receive)
         if body is None:
             await reject(scope, receive, send, too_large(self.limit))
+            return
+        try:
+            if self.check is not None:
+                self.check(scope, body)
+        except ApiError as err:
+            await reject(scope, receive, send, err)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -130,11 +155,12 @@ def _replay(body: bytes, receive: Any) -> Any:
 
 
 def check_counts(cfg: Config, *, messages: int | None = None, tools: int | None = None,
-                 max_turns: int | None = None, max_tokens: int | None = None) -> None:
-    """Raise a 400 ApiError naming the first configured limit a request exceeds."""
+                 max_turns: int | None = None, max_tokens: int | None = None, tokens_param: str = "max_tokens") -> None:
+    """Raise a 400 ApiError naming the first configured limit a request exceeds (``max_tokens``
+    under the name the client sent it as, ``tokens_param``)."""
     for param, value, limit in (("messages", messages, cfg.max_messages), ("tools", tools, cfg.max_tools),
                                 ("max_turns", max_turns, cfg.max_turns_limit),
-                                ("max_tokens", max_tokens, cfg.max_tokens_limit)):
+                                (tokens_param, max_tokens, cfg.max_tokens_limit)):
         if value is not None and value > limit:
             raise ApiError(400, f"{param}: {value} exceeds this server's limit of {limit}", param=param,
                            code="limit_exceeded")

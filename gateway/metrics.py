@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import ResponseError
 
+from gateway.frames import Frame
 from runtime.heartbeat import live
 from schemas import keys
 from schemas.events import (ContentDelta, Event, ReasoningDelta, ToolCallBegin, ToolCallReady, ToolResult,
@@ -45,7 +46,8 @@ from schemas.events import (ContentDelta, Event, ReasoningDelta, ToolCallBegin, 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _TRACKED = 10_000  # bounded memory for per-session timing state
-_FIRST_TOKEN = (ContentDelta, ReasoningDelta, ToolCallBegin)
+_FIRST_OUTPUT = {c.__struct_config__.tag for c in (ContentDelta, ReasoningDelta, ToolCallBegin)}  # a turn's first output
+_READ = {c.__struct_config__.tag for c in (TurnStarted, TurnEnded, ToolCallReady, ToolStarted, ToolResult)}  # decoded
 
 
 class _Bounded(OrderedDict):
@@ -125,18 +127,25 @@ class Metrics:
         self._ready: _Bounded = _Bounded()  # (sid, turn, index) -> tool_call.ready ts
         self._last_result: _Bounded = _Bounded()  # sid -> ts of its latest tool.result
         self._continuing: _Bounded = _Bounded()  # (sid, turn) -> the tool result a continuation waits on
+        self._awaiting: _Bounded = _Bounded()  # sid -> its started turn, until that turn's first output
 
     # ------------------------------------------------------------------ event observer
     def accepted(self, sid: str) -> None:
         """A session's first turn was requested now (the TTFT clock starts)."""
         self._requests.put(sid, time.time())
 
-    def observe(self, sid: str, ev: Event) -> None:
-        """Called by the relay's shared reader once per event."""
+    def observe(self, sid: str, frame: Frame) -> None:
+        """Called by the relay's shared reader once per event; decodes only what it reads: a turn's
+        first output, and the kinds in ``_READ``."""
+        if frame.kind in _FIRST_OUTPUT:
+            if sid in self._requests or sid in self._awaiting:
+                self._first_token(sid, frame.event)
+            return
+        if frame.kind not in _READ:
+            return
+        ev = frame.event
         body = ev.body
-        if isinstance(body, _FIRST_TOKEN):
-            self._first_token(sid, ev)
-        elif isinstance(body, TurnStarted):
+        if isinstance(body, TurnStarted):
             self._on_turn_started(sid, ev, body)
         elif isinstance(body, TurnEnded):
             self._on_turn_ended(sid, ev, body)
@@ -153,6 +162,8 @@ class Metrics:
         t0 = self._requests.pop(sid, None)
         if t0 is not None:
             self.ttft.observe(max(0.0, time.time() - t0))
+        if self._awaiting.get(sid) == ev.turn:
+            self._awaiting.pop(sid, None)
         turn = self._turns.get((sid, ev.turn))
         if turn is not None and turn[1] is None:
             turn[1] = ev.ts
@@ -162,6 +173,7 @@ class Metrics:
 
     def _on_turn_started(self, sid: str, ev: Event, body: TurnStarted) -> None:
         self._turns.put((sid, ev.turn), [ev.ts, None])
+        self._awaiting.put(sid, ev.turn)
         if body.continuation and sid in self._last_result:
             self._continuing.put((sid, ev.turn), self._last_result.pop(sid))
         self.prompt_tokens.inc(body.prompt_tokens)
@@ -172,6 +184,8 @@ class Metrics:
     def _on_turn_ended(self, sid: str, ev: Event, body: TurnEnded) -> None:
         self.completion_tokens.inc(body.completion_tokens)
         turn = self._turns.pop((sid, ev.turn), None)
+        if self._awaiting.get(sid) == ev.turn:
+            self._awaiting.pop(sid, None)
         if turn is None:
             return
         started, first = turn

@@ -7,19 +7,19 @@ executed here.  The decoder finds the KV of an earlier request by prefix, so a f
 request after tool results pays mostly for the new tokens.
 
 ``tool_choice``: ``"none"`` renders no tools; a named function renders only that function;
-``"required"`` and ``"auto"`` render all.  ``"required"`` and a named function also force the
-turn to begin with a call's opener in the deployment's format (``workers.decode.forcing``:
-the call marker, and for a named function the call's head up to its arguments); the
-arguments are the model's.  Where a format or a reasoning model cannot be forced, the choice
-is honoured by rendering and by filtering the output (``gateway.openai_format``).  A client
+``"required"`` and ``"auto"`` render all.  The choice, ``response_format`` and
+``parallel_tool_calls`` are recorded in the session's params; the decoder turns them into the
+turn's grammar (``workers.decode.constraints``): calls name only offered tools, their arguments
+follow the tools' schemas, ``required``/named turns are calls, a request without tools never
+begins one.  The output is still filtered by the choice (``gateway.openai_format``).  A client
 that disconnects mid-request cancels its session, which stops generation.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,15 +31,11 @@ from fastapi.responses import JSONResponse
 from gateway.bodies import ChatRequest, NamedToolChoice
 from gateway.errors import ApiError, not_found
 from gateway.limits import check_counts
-from gateway.openai_format import ChatOptions, ChatStream, Diverged, UpstreamError
-from gateway.relay import Dropped, Relay, Subscription
-from gateway.session_ops import SessionOps
+from gateway.oneshot import OneshotRun, offered, open_session
+from gateway.openai_format import ChatOptions, ChatStream
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
 from runtime.config import Config
-from runtime.session import SessionMode
-from workers.decode.forcing import forced_opener  # moves into the decoder with the grammar work (issue 17)
-from runtime.routing import conversation_key
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024
@@ -64,12 +60,12 @@ async def list_models(request: Request, who: Caller) -> dict[str, Any]:
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request, who: Caller) -> dict[str, Any]:
     cfg = request.app.state.cfg
-    if model_id not in _accepted_models(cfg):
+    if model_id not in accepted_models(cfg):
         raise not_found(f"model {model_id[:80]!r}", "model_not_found")
     return _model_entry(cfg, request.app.state.started)
 
 
-def _accepted_models(cfg: Config) -> set[str]:
+def accepted_models(cfg: Config) -> set[str]:
     return {served_model(cfg), Path(cfg.model).name, cfg.model}
 
 
@@ -90,28 +86,34 @@ def _unsupported(param: str, what: str) -> ApiError:
     return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
 
 
+def check_model(cfg: Config, model: str) -> None:
+    """A 404 unless a request's ``model`` names the served model."""
+    if model not in accepted_models(cfg):
+        raise ApiError(404, f"model {model[:80]!r} not found; this server serves {served_model(cfg)!r}",
+                       param="model", code="model_not_found")
+
+
 def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     """Validate a chat request against this deployment and map it onto a oneshot session."""
-    if body.model not in _accepted_models(cfg):
-        raise ApiError(404, f"model {body.model[:80]!r} not found; this server serves {served_model(cfg)!r}",
-                       param="model", code="model_not_found")
+    check_model(cfg, body.model)
     if (body.n or 1) != 1:
         raise _unsupported("n", "more than one choice")
     if body.logprobs:
         raise _unsupported("logprobs", "logprobs")
-    if body.response_format and body.response_format.type != "text":
+    if body.response_format and body.response_format.type not in ("text", "json_object", "json_schema"):
         raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
-    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens)
+    check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens,
+                 tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     tools = [t.as_dict() for t in body.tools or []]
     named = _check_tool_choice(body, [t["function"]["name"] for t in tools])
     offer = body.tool_choice != "none"
     rendered = [] if not offer else [t for t in tools if named is None or t["function"]["name"] == named]
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
-    forced = body.tool_choice == "required" or named is not None
-    prefill = forced_opener(cfg.tool_format, named, cfg.reasoning or None) if forced else None
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
-              "stop": stop, "prefill": prefill}
+              "stop": stop, "tool_choice": choice, "parallel_tool_calls": body.parallel_tool_calls,
+              "response_format": body.response_format.model_dump(exclude_none=True) if body.response_format else None}
     return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
                     {"replay": body.replay} if body.replay else {}, named, offer)
 
@@ -142,82 +144,24 @@ async def chat_completions(body: ChatRequest, request: Request,
     """OpenAI chat completion (streaming and not), tools returned to the client."""
     state = request.app.state
     plan = plan_chat(state.cfg, body)
-    ops: SessionOps = state.ops
-    names = [t["function"]["name"] for t in plan.tools]
-    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names, params=plan.params, max_turns=1,
-                           meta=plan.meta, mode=SessionMode.ONESHOT)
+    sent = bool(body.max_completion_tokens or body.max_tokens)
+    sid, sub = await open_session(state, who, plan, max_tokens_sent=sent)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
-                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage))
-    relay: Relay = state.relay
-    sub = await relay.subscribe(sid, (0, 0), stop_turn=0)
-    await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
-    run = _Run(ops, relay, sub, stream, sid)
+                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage,
+                                    tools=offered(plan)))
+    run = OneshotRun(state, sub, sid, stream)
     if body.stream:
-        return EventStreamResponse(run.chunks(), abort=sub.ended)
-    return await run.collect(request)
+        return EventStreamResponse(_chunks(run), abort=sub.ended)
+    err = await run.collect(request)
+    return err.response() if err else JSONResponse(stream.response())
 
 
-class _Run:
-    """One chat completion in flight: relays its session's events as chunks or one response."""
-
-    def __init__(self, ops: SessionOps, relay: Relay, sub: Subscription, stream: ChatStream, sid: str) -> None:
-        self.ops, self.relay, self.sub, self.stream, self.sid = ops, relay, sub, stream, sid
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """SSE body: ``data: <chunk>`` lines, then ``data: [DONE]``.  Leaving early cancels the session."""
-        finished = False
-        try:
-            async for frame in self.sub.frames():
-                for chunk in self.stream.feed(frame.event):
-                    yield b"data: " + _json.encode(chunk) + b"\n\n"
-            for chunk in self.stream.finish():
-                yield b"data: " + _json.encode(chunk) + b"\n\n"
-            finished = True
-        except (UpstreamError, Diverged, Dropped) as exc:
-            yield b"data: " + _json.encode(_failure(exc).body()) + b"\n\n"
-            finished = True
-        finally:
-            await self._release(finished)
-        yield b"data: [DONE]\n\n"
-
-    async def collect(self, request: Request) -> JSONResponse:
-        """The whole completion as one ``chat.completion`` object (cancelled if the client leaves)."""
-        consume = asyncio.create_task(self._consume())
-        gone = asyncio.create_task(_disconnected(request))
-        try:
-            await asyncio.wait({consume, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (consume, gone):
-                t.cancel()
-            await asyncio.gather(consume, gone, return_exceptions=True)
-            await self._release(consume.done() and not consume.cancelled() and consume.exception() is None)
-        if consume.cancelled():
-            return _failure(Dropped("client disconnected", self.sub.last_id)).response()
-        if consume.exception() is not None:
-            exc = consume.exception()
-            if isinstance(exc, (UpstreamError, Diverged, Dropped)):
-                return _failure(exc).response()
-            raise exc
-        return JSONResponse(self.stream.response())
-
-    async def _consume(self) -> None:
-        async for frame in self.sub.frames():
-            self.stream.feed(frame.event)
-
-    async def _release(self, finished: bool) -> None:
-        self.relay.unsubscribe(self.sub)
-        if not finished and not self.stream.ended:
-            await self.ops.cancel_unchecked(self.sid, 0)  # nobody is listening: stop generating
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _failure(exc: Exception) -> ApiError:
-    if isinstance(exc, Dropped):
-        return ApiError(503, f"the event relay dropped this request ({exc.reason})", type="server_error",
-                        code="relay_dropped")
-    return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")
+async def _chunks(run: OneshotRun) -> AsyncIterator[bytes]:
+    """SSE body: ``data: <chunk>`` lines (an error object on failure), then ``data: [DONE]``."""
+    body = run.stream(lambda chunk: b"data: " + _json.encode(chunk) + b"\n\n",
+                      lambda err: b"data: " + _json.encode(err.body()) + b"\n\n")
+    async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
+        async for data in body:
+            yield data
+    yield b"data: [DONE]\n\n"

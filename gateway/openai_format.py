@@ -18,9 +18,10 @@ not -- possible only with random sampling).  ``response()`` is the non-streaming
 built from the same state, so both modes return the same message.
 
 Policies applied to the output (the decoder only forces how a turn begins, see
-``gateway.openai_api``): with ``tool_choice: "none"`` calls are not returned; with a named
-function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only the
-first call is returned.
+``gateway.openai_api``): only calls of offered functions (``ChatOptions.tools``) are returned,
+so with no tools there are none; with ``tool_choice: "none"`` calls are not returned; with a
+named function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only
+the first call is returned.  ``finish_reason`` is ``tool_calls`` only when a call was returned.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ class Diverged(Exception):
 
 
 class UpstreamError(Exception):
-    """The session failed (an ``error`` event, or ended with reason "error")."""
+    """The session failed (an ``error`` event, or ended with reason "error"); ``code`` is the event's."""
+
+    def __init__(self, message: str, code: str = "internal") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,10 @@ class ChatOptions:
     named: str | None = None  # the function named by tool_choice
     parallel: bool = True
     include_usage: bool = False
+    tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
 
 
-class _Text:
+class StreamedText:
     """Text streamed once across attempts: ``add`` returns only what goes beyond what was sent."""
 
     def __init__(self) -> None:
@@ -77,7 +83,7 @@ class _Call:
     out: int  # index in the returned tool_calls
     id: str
     name: str
-    args: _Text = field(default_factory=_Text)
+    args: StreamedText = field(default_factory=StreamedText)
 
 
 class ChatStream:
@@ -85,14 +91,14 @@ class ChatStream:
 
     def __init__(self, opts: ChatOptions) -> None:
         self.opts = opts
-        self.content, self.reasoning = _Text(), _Text()
+        self.content, self.reasoning = StreamedText(), StreamedText()
         self.calls: list[_Call] = []  # returned calls, in output order
         self._by_index: dict[int, _Call | None] = {}  # current attempt: parser index -> call (None: dropped)
         self._attempt = 0
         self._role_sent = False
         self.finish_reason: str | None = None
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-        self.error: str | None = None
+        self.error: ErrorEvent | None = None
         self.ended = False
 
     # ------------------------------------------------------------------ events in
@@ -123,7 +129,7 @@ class ChatStream:
             case TurnRestarted():
                 self._restart(self._attempt)
             case ErrorEvent():
-                self.error = body.message
+                self.error = body
             case SessionEnded():
                 self._end(body)
         return []
@@ -138,13 +144,16 @@ class ChatStream:
 
     def _end(self, body: SessionEnded) -> None:
         self.ended = True
-        if body.reason == "error" or self.error:
-            raise UpstreamError(self.error or "the session failed")
+        if self.error is not None:
+            raise UpstreamError(self.error.message, self.error.code)
+        if body.reason == "error":
+            raise UpstreamError("the session failed")
         if self.finish_reason is None:
             self.finish_reason = body.reason
 
     def _offered(self, name: str) -> bool:
-        return self.opts.offer_tools and (not self.opts.named or name == self.opts.named)
+        o = self.opts
+        return o.offer_tools and name in o.tools and (not o.named or name == o.named)
 
     def _begin(self, body: ToolCallBegin) -> list[dict[str, Any]]:
         if not self._offered(body.name):

@@ -16,81 +16,42 @@ Contracts:
 * **New subscriptions are noticed at once.**  Starting to watch a stream XADDs a token to
   this process's wake stream, which the reader's blocking XREAD always includes; the
   reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
-  wake sent between two XREADs is never lost.
+  wake sent between two XREADs is never lost (on a cluster the wake ends the tracked reader's
+  wait in this process, and is kept until its next wait when none is in progress).
+* **Nothing left: the stream ends.**  A subscription to a session that had already ended
+  (``session_over``) reads the history to the stream's end and stops there; one whose ``after``
+  is at or past the ``session.ended`` it waits for (a future id) stops when that event goes by.
 * **Bounded memory; slow clients are dropped.**  A subscriber that already has ``queue_size``
   undelivered events when the next one arrives is dropped at once (``Subscription.ended`` is
   set, reason ``"slow"``); its connection closes (WebSocket close code 4008) and the client
   resumes with ``after=<the last id it received>``.
-* **One server or a cluster.**  The reads go through ``runtime.bus.many_reader``: on one server
-  one blocking XREAD over every watched stream and the wake stream; on a Redis Cluster, where one
+* **Bytes forwarded.**  A frame is the stored event's JSON with its id put in front
+  (``gateway.frames``); an event is decoded only where the relay must look inside it.
+* **One server or a cluster.**  The reads are a ``runtime.bus.WakeableRead``: on one server one
+  blocking XREAD over every watched stream and the wake stream; on a Redis Cluster, where one
   command cannot span slots, a tracked connection per master that the server wakes when a
-  watched stream changes (``runtime.tracked_reads``).  The contracts above hold on both.
+  watched stream changes (``runtime.tracked_reads``), and a wake that ends its wait in this
+  process instead of the wake stream.  The contracts above hold on both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import msgspec
 import redis.asyncio as aioredis
 
-from schemas import keys
-from schemas.codec import UndecodableEntry, decode_event, to_builtins
-from schemas.events import Event, SessionEnded
+from gateway.frames import Frame, StreamId, fmt_id, make_frame, parse_id, stream_pos
 from runtime import bus
+from schemas import keys
 
 log = logging.getLogger(__name__)
 
-StreamId = tuple[int, int]
-_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
-_json = msgspec.json.Encoder()
 _IDLE = object()
 HISTORY_PAGE = 256
-
-
-class InvalidStreamId(ValueError):
-    """A client-supplied event id that is not ``<ms>-<seq>``."""
-
-
-def parse_id(text: str | bytes) -> StreamId:
-    """``"1700000000000-3"`` (or ``"1700000000000"``, seq 0) as a comparable tuple."""
-    s = text.decode() if isinstance(text, bytes) else text
-    m = _ID.match(s.strip())
-    if not m:
-        raise InvalidStreamId(f"invalid event id {s[:40]!r}; expected <ms>-<seq>")
-    return int(m.group(1)), int(m.group(2) or 0)
-
-
-def fmt_id(i: StreamId) -> str:
-    return f"{i[0]}-{i[1]}"
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One event as relayed: its stream id, the JSON text frame clients get, and the decoded event."""
-
-    id: str
-    data: bytes
-    event: Event
-
-    @property
-    def sid(self) -> StreamId:
-        return parse_id(self.id)
-
-
-def make_frame(entry_id: str, data: bytes) -> Frame | None:
-    """The client frame of one ``ts:s:{sid}:ev`` entry; None (logged) when undecodable."""
-    try:
-        ev = decode_event(data)
-    except UndecodableEntry as exc:
-        log.warning("relay: undecodable event %s: %s", entry_id, exc)
-        return None
-    return Frame(entry_id, _json.encode(dict(to_builtins(ev), id=entry_id)), ev)
 
 
 class Dropped(Exception):
@@ -105,12 +66,16 @@ class Subscription:
     """One client's view of one session's events after ``after``: history first, then live.
 
     Iterate ``frames()``.  It ends after a ``session.ended`` event of turn >= ``stop_turn``
-    (the session's turn when the client subscribed), and raises ``Dropped`` when the relay
-    drops the subscriber.  Call ``Relay.unsubscribe`` when done.
+    (the session's turn when the client subscribed), when such an event goes by at or before
+    ``after``, or -- for a session that had ended already (``session_over``) -- when the history
+    is read; it raises ``Dropped`` when the relay drops the subscriber.  Call
+    ``Relay.unsubscribe`` when done.
     """
 
-    def __init__(self, relay: Relay, sid: str, after: StreamId, until: StreamId, stop_turn: int) -> None:
+    def __init__(self, relay: Relay, sid: str, after: StreamId, until: StreamId, stop_turn: int,
+                 session_over: bool = False) -> None:
         self.relay, self.session, self.until, self.stop_turn = relay, sid, until, stop_turn
+        self.session_over = session_over
         self.last = after
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue()  # bound enforced by offer()
         self.ended = asyncio.Event()
@@ -141,6 +106,8 @@ class Subscription:
             yield frame
             if self._final(frame):
                 return
+        if self.session_over and not self.ended.is_set():
+            return  # the session had ended and its events are all read: nothing more will come
         while True:
             frame = await self._next(idle_s)
             if frame is _IDLE:
@@ -148,9 +115,11 @@ class Subscription:
                 continue
             if frame is None:
                 raise Dropped(self.reason, self.last_id)
-            if frame.sid <= self.last:
+            if frame.pos <= self.last:
+                if self._final(frame):
+                    return  # the end went by before ``after``: the client is past it
                 continue  # already yielded from the history
-            self.last = frame.sid
+            self.last = frame.pos
             yield frame
             if self._final(frame):
                 return
@@ -162,8 +131,9 @@ class Subscription:
             if not rows:
                 return
             for raw_id, fields in rows:
-                self.last = parse_id(raw_id)
-                frame = make_frame(fmt_id(self.last), fields.get(bus.FIELD, b""))
+                entry_id = raw_id.decode()
+                self.last = stream_pos(entry_id)
+                frame = make_frame(entry_id, fields.get(bus.FIELD, b""), self.last)
                 if frame is not None:
                     yield frame
 
@@ -176,7 +146,7 @@ class Subscription:
             return _IDLE
 
     def _final(self, frame: Frame) -> bool:
-        return isinstance(frame.event.body, SessionEnded) and frame.event.turn >= self.stop_turn
+        return frame.ends(self.stop_turn)
 
 
 @dataclass
@@ -197,15 +167,13 @@ class Relay:
 
     def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
                  block_ms: int = 5000, count: int = 512,
-                 on_event: Callable[[str, Event], None] | None = None) -> None:
+                 on_event: Callable[[str, Frame], None] | None = None) -> None:
         self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
-        self.reads = bus.many_reader(reader)
         self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
         self.wake_key = keys.gateway_wake(self.gateway_id)
-        self._wake_cursor = "0-0"
-        self._waking = False
+        self._read = bus.WakeableRead(reader, r, self.wake_key, count, block_ms)
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -236,8 +204,7 @@ class Relay:
             await asyncio.gather(self._task, return_exceptions=True)
         self.drain()
         self._watches.clear()
-        await self.reads.aclose()
-        await self.r.delete(self.wake_key)
+        await self._read.close()
 
     @property
     def subscribers(self) -> int:
@@ -248,15 +215,21 @@ class Relay:
         return len(self._watches)
 
     # ------------------------------------------------------------------ subscriptions
-    async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0) -> Subscription:
-        """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over)."""
+    async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0,
+                        session_over: bool = False) -> Subscription:
+        """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over).
+
+        ``session_over``: the session had ended when the client asked (its history is read to
+        the stream's end, past the reader's cursor, and the subscription stops there)."""
         if self.draining:
             raise RelayUnavailable("the gateway is shutting down")
+        end = parse_id(await bus.last_id(self.r, keys.events(sid))) if session_over else (0, 0)
         watch, new = await self._watch(sid)
-        sub = Subscription(self, sid, after, watch.cursor, stop_turn)  # type: ignore[arg-type]
+        sub = Subscription(self, sid, after, max(watch.cursor, end), stop_turn,  # type: ignore[type-var]
+                           session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
         if new:
-            await self._wake()
+            await self._read.wake()
         return sub
 
     async def _watch(self, sid: str) -> tuple[_Watch, bool]:
@@ -274,7 +247,7 @@ class Relay:
 
     async def _begin(self, sid: str, watch: _Watch) -> None:
         try:
-            watch.cursor = parse_id(await bus.last_id(self.r, keys.events(sid)))
+            watch.cursor = stream_pos(await bus.last_id(self.r, keys.events(sid)))
         finally:
             if watch.cursor is None and self._watches.get(sid) is watch:
                 del self._watches[sid]
@@ -288,16 +261,6 @@ class Relay:
         watch.subs.discard(sub)
         if not watch.subs and watch.cursor is not None:
             del self._watches[sub.session]
-
-    async def _wake(self) -> None:
-        """Make the reader re-issue its XREAD with the current streams (at most one wake in flight)."""
-        if self._waking:
-            return
-        self._waking = True
-        pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
-        pipe.expire(self.wake_key, 86_400)
-        await pipe.execute()
 
     # ------------------------------------------------------------------ the shared reader
     async def _run(self) -> None:
@@ -314,30 +277,25 @@ class Relay:
                 await asyncio.sleep(0.5)
 
     def _streams(self) -> dict[str, str]:
-        self._waking = False  # every watch ready from here on is in this XREAD
-        streams = {self.wake_key: self._wake_cursor}
-        for sid, watch in self._watches.items():
-            if watch.cursor is not None:
-                streams[keys.events(sid)] = fmt_id(watch.cursor)
-        return streams
+        return {keys.events(sid): fmt_id(w.cursor) for sid, w in self._watches.items() if w.cursor is not None}
 
     async def _read_once(self) -> None:
-        for name, rows in await self.reads.read(self._streams(), self.count, self.block_ms):
-            if name == self.wake_key:
-                self._wake_cursor = fmt_id(parse_id(rows[-1][0]))
-            else:
-                self._dispatch(keys.sid_of(name), rows)
+        by_sid: dict[str, list[bus.Entry]] = {}
+        for entry in await self._read.read(self._streams()):  # every watch ready now is in this read
+            by_sid.setdefault(keys.sid_of(entry.stream), []).append(entry)
+        for sid, entries in by_sid.items():
+            self._dispatch(sid, entries)
 
-    def _dispatch(self, sid: str, rows: list) -> None:
+    def _dispatch(self, sid: str, entries: list[bus.Entry]) -> None:
         watch = self._watches.get(sid)
         if watch is None or watch.cursor is None:
-            return  # unwatched while the XREAD was in flight
-        for raw_id, fields in rows:
-            eid = parse_id(raw_id)
-            if eid <= watch.cursor:
+            return  # unwatched while the read was in flight
+        for entry in entries:
+            pos = stream_pos(entry.id)
+            if pos <= watch.cursor:
                 continue
-            watch.cursor = eid
-            frame = make_frame(fmt_id(eid), (fields or {}).get(bus.FIELD, b""))
+            watch.cursor = pos
+            frame = make_frame(entry.id, entry.data, pos)
             if frame is not None:
                 self._fan_out(sid, watch, frame)
         if not watch.subs and self._watches.get(sid) is watch:
@@ -345,7 +303,7 @@ class Relay:
 
     def _fan_out(self, sid: str, watch: _Watch, frame: Frame) -> None:
         self.relayed += 1
-        self.on_event(sid, frame.event)
+        self.on_event(sid, frame)
         for sub in list(watch.subs):
             if not sub.offer(frame):
                 watch.subs.discard(sub)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from gateway.auth import Principal
-from gateway.bodies import AddMessage, CreateSession, ToolDef, ToolResultIn, flatten
+from gateway.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
 from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
@@ -48,12 +48,42 @@ async def resolve_tools(catalog: ToolCatalog, requested: list[str | ToolDef] | N
         raise ApiError(400, str(exc), param="tools", code="invalid_value") from exc
 
 
+def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """``tool_choice`` and ``response_format`` as the decoder's grammar reads them (400 on a choice
+    naming no tool of the session)."""
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in {t["function"]["name"] for t in tools}:
+            raise ApiError(400, f"tool_choice: function {choice.function.name[:64]!r} is not in tools",
+                           param="tool_choice", code="invalid_value")
+        choice = choice.model_dump()
+    if choice == "required" and not tools:
+        raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
+                       code="invalid_value")
+    fmt = body.response_format.model_dump(exclude_none=True) if body.response_format else None
+    if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
+        raise ApiError(400, f"response_format: type {fmt['type'][:40]!r} is not supported by this server",
+                       param="response_format", code="unsupported_value")
+    return {k: v for k, v in {"tool_choice": choice, "response_format": fmt}.items() if v is not None}
+
+
+def _openapi_links(status: int, *targets: str, after: bool = False) -> dict[int, dict[str, Any]]:
+    """OpenAPI links from a response that names the session (``id``) to the operations on it
+    (clients and stateful testers follow them: create -> continue, tool results, cancel, read)."""
+    links = {t: {"operationId": t, "parameters": {"sid": "$response.body#/id"}} for t in targets}
+    if after and "sessionEvents" in links:
+        links["sessionEvents"]["parameters"]["after"] = "$response.body#/after"
+    return {status: {"description": "the session", "links": links}}
+
+
 def _links(sid: str, after: str = "0-0") -> dict[str, str]:
     q = "" if after == "0-0" else f"?after={after}"
     return {"ws_url": f"/v1/sessions/{sid}/ws{q}", "events_url": f"/v1/sessions/{sid}/events{q}"}
 
 
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, operation_id="createSession",
+             responses=_openapi_links(201, "readSession", "addMessage", "postToolResults", "cancelSession",
+                                      "sessionEvents"))
 async def create_session(body: CreateSession, request: Request, who: Caller) -> dict[str, Any]:
     """Create a session and queue its first turn; follow it on ``ws_url`` or ``events_url``."""
     cfg = request.app.state.cfg
@@ -61,23 +91,28 @@ async def create_session(body: CreateSession, request: Request, who: Caller) -> 
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
     tools, client = await resolve_tools(request.app.state.catalog, body.tools)
-    params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-              "seed": body.seed, "stop": body.stop}
-    o = ops(request)
     messages = [m.as_dict() for m in body.messages]
+    await request.app.state.context.fits(messages, tools, max_tokens=body.max_tokens,
+                                         sent="max_tokens" in body.model_fields_set)
+    params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
+              "seed": body.seed, "stop": body.stop, **_intent(body, tools)}
+    o = ops(request)
     sid = await o.create(who, messages, tools=tools, client_tools=client,
                          params=params, max_turns=max_turns, meta={"replay": body.replay} if body.replay else {})
     await o.start(sid, route_key=conversation_key(messages, tools))
     return {"id": sid, "object": "session", "status": Status.ACTIVE.value, **_links(sid)}
 
 
-@router.get("/v1/sessions/{sid}")
+@router.get("/v1/sessions/{sid}", operation_id="readSession",
+            responses=_openapi_links(200, "addMessage", "postToolResults", "cancelSession"))
 async def read_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """The session's status, current turn, conversation so far and last event id."""
     return await ops(request).read(sid, who)
 
 
-@router.post("/v1/sessions/{sid}/messages", status_code=202)
+@router.post("/v1/sessions/{sid}/messages", status_code=202, operation_id="addMessage",
+             responses=_openapi_links(202, "readSession", "postToolResults", "cancelSession", "sessionEvents",
+                                      after=True))
 async def add_message(sid: str, body: AddMessage, request: Request,
                       who: Caller) -> dict[str, Any]:
     """Continue an ended (or cancelled) session with a user message: a new turn starts.
@@ -85,11 +120,24 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     Subscribe with ``after`` (the event id before the new turn) to follow just the new turn.
     """
     check_counts(request.app.state.cfg, max_turns=body.max_turns)
-    turn, after = await ops(request).add_message(sid, who, flatten(body.content) or "", body.max_turns)
+    content = flatten(body.content) or ""
+    await _fits_after(request, sid, who, content)
+    turn, after = await ops(request).add_message(sid, who, content, body.max_turns)
     return {"id": sid, "status": Status.ACTIVE.value, "turn": turn, "after": after, **_links(sid, after)}
 
 
-@router.post("/v1/sessions/{sid}/tool_results")
+async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
+    """400 when the stored conversation (complete once the session ended) and ``content`` cannot
+    fit the context."""
+    o = ops(request)
+    info = await o.owned(sid, who)
+    messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
+    await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
+                                         sent=False)
+
+
+@router.post("/v1/sessions/{sid}/tool_results", operation_id="postToolResults",
+             responses=_openapi_links(200, "readSession", "cancelSession"))
 async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], request: Request,
                             who: Caller) -> dict[str, Any]:
     """Results of client-side tool calls (one object or a list): each is "recorded", "completed"
@@ -104,7 +152,8 @@ async def post_tool_results(sid: str, body: ToolResultIn | list[ToolResultIn], r
     return {"id": sid, "results": out}
 
 
-@router.post("/v1/sessions/{sid}/cancel")
+@router.post("/v1/sessions/{sid}/cancel", operation_id="cancelSession",
+             responses=_openapi_links(200, "readSession", "addMessage"))
 async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, Any]:
     """Cancel the running turn; the session ends with reason "cancelled" (no-op when it already ended)."""
     return {"id": sid, "status": await ops(request).cancel(sid, who)}

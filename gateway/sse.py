@@ -4,14 +4,16 @@ Starlette's ``StreamingResponse`` stops listening for ``http.disconnect`` on ASG
 that speak spec 2.4, so an idle stream would only notice a gone client at its next write.
 ``EventStreamResponse`` always listens, and also stops when ``abort`` is set (the relay
 dropped the subscriber); either way the body iterator is closed, running its ``finally``.
+``while_connected`` does the same for a request answered at once (a non-streaming one).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 
@@ -63,3 +65,21 @@ class EventStreamResponse(StreamingResponse):
             raise body.exception()
         if started and not finished and gone not in done:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def while_connected(work: Coroutine[Any, Any, Any], request: Request) -> asyncio.Task:
+    """Run ``work`` until it ends or the client disconnects (it is then cancelled); returns its task."""
+    task = asyncio.create_task(work)
+    gone = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, gone):
+            t.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    return task
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -2,7 +2,8 @@
 
 Both relay ``ts:s:{sid}:ev`` through the process's shared reader (``gateway.relay``), from
 ``after`` (query ``?after=ID``; for SSE also the ``Last-Event-ID`` header) to the session's
-next ``session.ended`` event, then close.  Every frame is one event as JSON with its stream
+next ``session.ended`` event, then close -- at once when there is none to wait for (the session
+has ended and ``after`` is at or past its end).  Every frame is one event as JSON with its stream
 ``id``; a client that reconnects with the last id it received gets every later event
 exactly once.
 
@@ -30,10 +31,12 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from gateway import errors, strict_json
 from gateway.auth import Principal, reject, select_subprotocol
 from gateway.bodies import ToolResultIn
 from gateway.errors import ApiError
-from gateway.relay import Dropped, InvalidStreamId, Relay, StreamId, Subscription, parse_id
+from gateway.frames import InvalidStreamId, StreamId, parse_id
+from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
 from gateway.sse import EventStreamResponse, sse_comment, sse_event
 
@@ -54,7 +57,7 @@ def parse_after(after: str | None) -> StreamId:
 
 
 # --------------------------------------------------------------------------- SSE
-@router.get("/v1/sessions/{sid}/events", response_class=EventStreamResponse,
+@router.get("/v1/sessions/{sid}/events", response_class=EventStreamResponse, operation_id="sessionEvents",
             responses={200: {"content": {"text/event-stream": {}}, "description": "one SSE event per session event"}})
 async def session_events(sid: str, request: Request, after: str | None = Query(None, max_length=48),
                          last_event_id: str | None = Header(None, max_length=48)) -> EventStreamResponse:
@@ -63,7 +66,7 @@ async def session_events(sid: str, request: Request, after: str | None = Query(N
     start = parse_after(last_event_id or after)
     info = await request.app.state.ops.owned(sid, who)
     relay: Relay = request.app.state.relay
-    sub = await relay.subscribe(sid, start, stop_turn=info.turn)
+    sub = await relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     return EventStreamResponse(_sse_body(relay, sub), abort=sub.ended)
 
 
@@ -89,7 +92,7 @@ async def session_ws(ws: WebSocket, sid: str, after: str | None = Query(None)) -
         await reject(ws.scope, ws.receive, ws.send, err)
         return
     await ws.accept(subprotocol=select_subprotocol(ws.scope))
-    sub = await app.relay.subscribe(sid, start, stop_turn=info.turn)
+    sub = await app.relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     try:
         await WsSession(ws, sub, app.ops, who, app).run()
     finally:
@@ -158,16 +161,16 @@ class WsSession:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 return
-            text = msg.get("text")
-            if text is None:
-                text = (msg.get("bytes") or b"").decode("utf-8", errors="replace")
-            self.handling = asyncio.ensure_future(self._on_message(text))
+            data = msg.get("text")
+            if data is None:
+                data = msg.get("bytes") or b""
+            self.handling = asyncio.ensure_future(self._on_message(data))
             await asyncio.shield(self.handling)  # a reply in progress survives the end of the stream
 
-    async def _on_message(self, text: str) -> None:
+    async def _on_message(self, data: str | bytes) -> None:
         try:
             await self.state.limiter.take(self.who)
-            reply = await self._dispatch(_json_object(text))
+            reply = await self._dispatch(_json_object(data))
         except ApiError as err:
             await self._send_json({"type": "error", **err.body()})
             return
@@ -187,11 +190,8 @@ class WsSession:
                        param="type", code="invalid_value")
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        msg = json.loads(text)
-    except json.JSONDecodeError:
-        raise ApiError(400, "message is not valid JSON", code="invalid_json") from None
+def _json_object(data: str | bytes) -> dict[str, Any]:
+    msg = strict_json.loads(data)
     if not isinstance(msg, dict):
         raise ApiError(400, "message must be a JSON object", code="invalid_value")
     return msg
@@ -201,6 +201,4 @@ def _tool_result(msg: dict[str, Any]) -> ToolResultIn:
     try:
         return ToolResultIn.model_validate({k: v for k, v in msg.items() if k != "type"})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise ApiError(400, f"{param}: {first.get('msg')}", param=param, code="invalid_value") from None
+        raise errors.invalid(exc.errors(), msg) from None

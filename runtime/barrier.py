@@ -120,10 +120,14 @@ class Barrier:
 
     async def overdue_client_calls(self, sid: str, turn: int, timeout_s: float) -> list[int]:
         """Client-side calls of a turn still without a result after ``timeout_s``."""
-        h = {k.decode(): v for k, v in (await self.r.hgetall(keys.barrier(sid, turn))).items()}
-        now = time.time()
-        return [int(k[2:]) for k, v in h.items()
-                if k.startswith("c:") and f"r:{k[2:]}" not in h and now - json.loads(v)["t"] > timeout_s]
+        return overdue_calls(await self.r.hgetall(keys.barrier(sid, turn)), time.time(), timeout_s)
+
+    async def states(self, turns: list[tuple[str, int]]) -> list[dict[bytes, bytes]]:
+        """The barrier hashes of many (sid, turn), in one round trip (for the sweep)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid, turn in turns:
+            pipe.hgetall(keys.barrier(sid, turn))
+        return await pipe.execute() if turns else []
 
     async def has_result(self, sid: str, turn: int, index: int) -> bool:
         return bool(await self.r.hexists(keys.barrier(sid, turn), f"r:{index}"))
@@ -146,5 +150,17 @@ class Barrier:
     async def unsent(self, sid: str, turn: int, older_than_s: float) -> bool:
         """True when the turn completed more than ``older_than_s`` ago but no continuation was sent."""
         done, sent = await self.r.hmget(keys.barrier(sid, turn), "done", "sent")
-        return done is not None and sent is None and time.time() - float(done) > older_than_s
+        return unsent_in({b"done": done, b"sent": sent}, time.time(), older_than_s)
 
+
+
+def overdue_calls(state: dict[bytes, bytes], now: float, timeout_s: float) -> list[int]:
+    """The client-side calls in barrier hash ``state`` still without a result after ``timeout_s``."""
+    return [int(k[2:]) for k, v in state.items()
+            if k.startswith(b"c:") and b"r:" + k[2:] not in state and now - json.loads(v)["t"] > timeout_s]
+
+
+def unsent_in(state: dict[bytes, Any], now: float, older_than_s: float) -> bool:
+    """Whether barrier hash ``state`` completed more than ``older_than_s`` ago without its continuation sent."""
+    done = state.get(b"done")
+    return done is not None and state.get(b"sent") is None and now - float(done) > older_than_s

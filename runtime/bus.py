@@ -12,13 +12,14 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterPipeline
-from redis.exceptions import ClusterError, NoScriptError, ResponseError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (ClusterError, DataError, NoScriptError, ResponseError, SlotNotCoveredError,
+                               TryAgainError)
 
 from runtime import cluster
 from schemas import keys
@@ -35,12 +36,13 @@ OUTAGE_S = 15.0  # how long a decoder retries its token-log writes while redis i
 # failover, a restart) before it abandons the turn, which is then regenerated as a new attempt
 
 # The broker is unreachable or moving (a cluster master failing over): retry, never a job's failure.
+# NOSCRIPT past redis-py's (and the Batcher's) own reload is one too: a just-promoted replica has no
+# scripts (they are not replicated), and a reload sent by a stale slot map missed it.
 REDIS_DOWN: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, ClusterError,
-                                               TryAgainError, SlotNotCoveredError)
+                                               TryAgainError, SlotNotCoveredError, NoScriptError)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     stream: str
     id: str
     data: bytes
@@ -61,12 +63,47 @@ async def through_outage(call: Callable[[], Awaitable[Any]], for_s: float, what:
             await asyncio.sleep(RETRY_S)
 
 
+class _HiredisPacking:
+    """Packs commands with hiredis (C), as redis-py's sync client does; its asyncio connection packs
+    them in Python, several times slower (a command per token per stage is packed)."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):  # a command of several words ("SCRIPT LOAD"): sent as separate words
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from None
+
+
+_CONNECTIONS = {cls: type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
+                for cls in (aioredis.Connection, aioredis.SSLConnection, aioredis.UnixDomainSocketConnection)}
+
+
+def _hiredis(cls: type) -> type:
+    """``cls`` packing with hiredis (redis-py's own connection classes; any other as it is)."""
+    return _CONNECTIONS.get(cls, cls)
+
+
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack); a ``RedisCluster`` for a
-    ``redis+cluster://`` URL (``runtime.cluster``)."""
+    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis;
+    a ``RedisCluster`` for a ``redis+cluster://`` URL (``runtime.cluster``), every node connection of
+    which packs with hiredis too.  Its XREAD replies are left as the server sent them: ``read_many``
+    turns them into entries."""
     if cluster.is_cluster_url(url):
-        return cluster.connect(url)  # type: ignore[return-value]
-    return aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+        client = cluster.connect(url, connection=_hiredis)
+    else:
+        client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+        pool = client.connection_pool
+        pool.connection_class = _hiredis(pool.connection_class)
+    client.set_response_callback("XREAD", _raw)
+    return client  # type: ignore[return-value]
+
+
+def _raw(response: Any, **options: Any) -> Any:
+    return response
 
 
 def _s(x: bytes | str) -> str:
@@ -117,6 +154,7 @@ class GroupReader:
     such groups, each has its own read in flight, and ``read`` returns as soon as any of them
     has entries; a read still waiting is kept for the next call, never cancelled (a cancelled
     XREADGROUP could take entries into this consumer's pending list that nobody then handles).
+    A group found missing (NOGROUP: a failover lost it) is created again.
     """
 
     def __init__(self, r: aioredis.Redis, streams: list[str], group: str, consumer: str,
@@ -146,8 +184,18 @@ class GroupReader:
         return out
 
     async def _read(self, streams: list[str]) -> list[Entry]:
-        reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in streams},
-                                        count=self.count, block=self.block_ms)
+        try:
+            reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in streams},
+                                            count=self.count, block=self.block_ms)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # the group is gone: a failover lost it (created on a master killed before its replica had it),
+            # or the stream was deleted.  Created again from the start; consumers drop what they have seen.
+            log.warning("group %s of %s lost (%s); created again", self.group, streams, exc)
+            for stream in streams:
+                await ensure_group(self.r, stream, self.group)
+            return []
         return _entries(reply)
 
     def close(self) -> None:
@@ -184,16 +232,127 @@ async def dead_letter(r: aioredis.Redis, entry: Entry, reason: str, group: str |
         await r.xack(entry.stream, group, entry.id)
 
 
+async def get_each(r: aioredis.Redis, names: list[str] | list[bytes]) -> list[bytes | None]:
+    """GET every key in one round trip: a pipeline, not one MGET (on a cluster the keys span slots)."""
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.get(name)
+    return await pipe.execute() if names else []
+
+
 async def last_id(r: aioredis.Redis, stream: str) -> str:
     """Id of the newest entry of a stream, or ``0-0``."""
     rows = await r.xrevrange(stream, count=1)
     return _s(rows[0][0]) if rows else "0-0"
 
 
+async def read_many(r: aioredis.Redis, streams: Mapping[str, str], count: int = 256,
+                    block_ms: int | None = None) -> list[Entry]:
+    """Entries of many streams, each after its own id, in ONE plain XREAD (no group); waits up to
+    ``block_ms`` for the first when given.  Every multi-stream read of one server goes through here.
+
+    On a cluster one command names the keys of one slot: streams of several slots are read with an
+    XREAD per slot, in one pipeline, and such a read cannot wait (a blocking read of many sessions'
+    streams on a cluster is ``WakeableRead``, through ``many_reader``)."""
+    if not streams:
+        return []
+    if cluster.is_cluster(r):
+        groups = cluster.read_groups(r, streams)
+        if len(groups) > 1:
+            return await _read_slots(r, streams, groups, count, block_ms)
+    return _xread_entries(await r.xread(dict(streams), count=count, block=block_ms))
+
+
+async def _read_slots(r: aioredis.Redis, streams: Mapping[str, str], groups: list[list[str]], count: int,
+                      block_ms: int | None) -> list[Entry]:
+    if block_ms is not None:
+        raise ValueError(f"a blocking read of {len(streams)} streams over {len(groups)} cluster slots: "
+                         "use WakeableRead (many_reader)")
+    pipe = r.pipeline(transaction=False)
+    for group in groups:
+        pipe.xread({s: streams[s] for s in group}, count=count)
+    return [e for reply in await pipe.execute() for e in _xread_entries(reply)]
+
+
+def _xread_entries(reply: Any) -> list[Entry]:
+    """The entries of an XREAD reply, raw (``connect``'s clients) or parsed by redis-py."""
+    if reply and isinstance(reply[0][1][0][1], dict):  # a client that parses XREAD replies itself
+        return _entries(reply)
+    out = []
+    for stream, rows in reply or ():
+        name = stream.decode()
+        for entry_id, fields in rows:  # fields: [name, value, ...]; ours carry one, ``d``
+            data = fields[1] if fields[0] == FIELD else dict(zip(fields[::2], fields[1::2])).get(FIELD, b"")
+            out.append(Entry(name, entry_id.decode(), data))
+    return out
+
+
+def _fields(fields: Any) -> dict[bytes, bytes]:
+    """An entry's fields as a dict, from a raw (``[name, value, ...]``) or a parsed reply."""
+    return fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2]))
+
+
 async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000, count: int = 256) -> list[Entry]:
-    """Entries of one stream after ``after`` (plain XREAD, no group); waits up to ``block_ms``."""
-    reply = await r.xread({stream: after}, count=count, block=block_ms)
-    return _entries(reply)
+    """Entries of one stream after ``after``; waits up to ``block_ms``."""
+    return await read_many(r, {stream: after}, count, block_ms)
+
+
+class WakeableRead:
+    """ONE blocking read over a changing set of streams, which ``wake()`` interrupts.
+
+    One server: ONE ``read_many`` over the streams and the wake stream (``wake_key``, this reader's
+    own), which is part of every read from an explicit cursor, so a wake sent between two reads is
+    never lost: the next read returns at once and the caller re-issues it with its current streams.
+    At most one wake is in flight: every wake sent before a read was built is served by that read.
+
+    A cluster: one XREAD cannot span slots (the wake stream's and the sessions'), so the streams are
+    read through ``many_reader`` -- a tracked connection per master, whose wait is in this process
+    (``runtime.tracked_reads``) -- and ``wake()`` ends that wait directly: no wake stream, same
+    contract (a wake while no read waits makes the next one return at once).
+    """
+
+    def __init__(self, reader: aioredis.Redis, r: aioredis.Redis, wake_key: str, count: int = 512,
+                 block_ms: int = 5000) -> None:
+        self.reader, self.r, self.wake_key = reader, r, wake_key  # ``reader``: this loop's own client
+        self.count, self.block_ms = count, block_ms
+        self._cursor = "0-0"
+        self._waking = False
+        self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
+
+    async def read(self, streams: Mapping[str, str]) -> list[Entry]:
+        """The entries of ``streams`` (stream -> after id) that arrived; returns early on a wake.
+        Build ``streams`` in the same step as this call (no await between): that is the hand-over."""
+        if self._tracked is not None:
+            got = await self._tracked.read(dict(streams), self.count, self.block_ms)
+            return [Entry(stream, _s(eid), fields.get(FIELD, b"")) for stream, rows in got for eid, fields in rows]
+        self._waking = False  # a wake from here on interrupts this read
+        got = await read_many(self.reader, {self.wake_key: self._cursor, **streams}, self.count, self.block_ms)
+        out = []
+        for entry in got:
+            if entry.stream == self.wake_key:
+                self._cursor = entry.id
+            else:
+                out.append(entry)
+        return out
+
+    async def wake(self) -> None:
+        """Make the blocked read return, so that the next one includes the current streams."""
+        if self._tracked is not None:
+            self._tracked.wake()
+            return
+        if self._waking:
+            return
+        self._waking = True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
+        pipe.expire(self.wake_key, 86_400)
+        await pipe.execute()
+
+    async def close(self) -> None:
+        if self._tracked is not None:
+            await self._tracked.aclose()
+        else:
+            await self.r.delete(self.wake_key)
 
 
 class ServerReads:
@@ -206,7 +365,7 @@ class ServerReads:
 
     async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, list]]:
         reply = await self.r.xread(streams, count=count, block=block_ms)
-        return [(_s(stream), rows) for stream, rows in reply or []]
+        return [(_s(stream), [(eid, _fields(f)) for eid, f in rows]) for stream, rows in reply or []]
 
     async def aclose(self) -> None:
         pass
@@ -214,9 +373,10 @@ class ServerReads:
 
 def many_reader(r: aioredis.Redis) -> Any:
     """The reader of many streams' new entries after the caller's cursors (XREAD, no group), for
-    one task: ``await reader.read({stream: cursor}, count, block_ms) -> [(stream, [(id, fields)])]``,
-    blocking until one of them has entries.  One server: one blocking XREAD (``ServerReads``); a
-    cluster: a tracked connection per master (``runtime.tracked_reads.ClusterReads``)."""
+    one task: ``await reader.read({stream: cursor}, count, block_ms) -> [(stream, [(id, fields)])]``
+    (``fields`` a dict), blocking until one of them has entries.  One server: one blocking XREAD
+    (``ServerReads``); a cluster: a tracked connection per master (``runtime.tracked_reads.ClusterReads``,
+    whose wait ``wake()`` ends)."""
     if cluster.is_cluster(r):
         from runtime.tracked_reads import ClusterReads
 
@@ -232,13 +392,29 @@ async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) ->
     await pipe.execute()
 
 
+@dataclass(frozen=True)
+class ScriptCall:
+    """One run of a registered Lua script, queued by its sha: a pipeline that holds it sends no
+    SCRIPT EXISTS first (redis-py does for ``Script`` objects); ``Batcher`` loads it on NOSCRIPT.
+    Queued as a raw EVALSHA, which a cluster pipeline takes too (redis-py refuses its ``evalsha``)."""
+
+    script: Any  # a redis-py (Async)Script, from ``register_script``
+    keys: list[Any]
+    args: list[Any]
+
+    def __call__(self, pipe: Any) -> Any:
+        return pipe.execute_command("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+
+
 class Batcher:
     """Sends the commands that many tasks issue in one pipelined round trip.
 
-    ``await call(build)``: ``build(pipe)`` queues exactly one command on a pipeline, and its
-    reply is returned (its error raised).  Commands issued while a round trip is in flight
-    leave together in the next one: under load one write serves many sessions; when idle a
-    command leaves at once, with no added delay.
+    ``await call(build)`` (or ``submit(build)``, a future): ``build(pipe)`` queues exactly one
+    command on a pipeline -- a ``ScriptCall`` runs a script -- and its reply is returned (its
+    error raised).  Commands issued while a round trip is in flight leave together in the next
+    one: under load one write serves many sessions; when idle a command leaves at once, with no
+    added delay.  A script the server does not know (restarted, flushed, a new cluster master) is
+    loaded and re-run.
     """
 
     def __init__(self, r: aioredis.Redis) -> None:
@@ -246,12 +422,16 @@ class Batcher:
         self._queue: list[tuple[Callable[[Any], Any], asyncio.Future]] = []
         self._task: asyncio.Task | None = None
 
-    async def call(self, build: Callable[[Any], Any]) -> Any:
+    def submit(self, build: Callable[[Any], Any]) -> asyncio.Future:
+        """Queue ``build`` for the next round trip; the future gets its reply."""
         fut = asyncio.get_running_loop().create_future()
         self._queue.append((build, fut))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
-        return await fut
+        return fut
+
+    async def call(self, build: Callable[[Any], Any]) -> Any:
+        return await self.submit(build)
 
     async def _drain(self) -> None:
         while self._queue:
@@ -268,35 +448,24 @@ class Batcher:
                 else:
                     fut.set_result(reply)
 
-    async def _round_trip(self, builds: list[Callable[[Any], Any]]) -> list[Any]:
+    async def _round_trip(self, builds: list[Callable[[Any], Any]], retry: bool = True) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
         for build in builds:
             queued = build(pipe)
-            if inspect.iscoroutine(queued):  # scripts queue themselves asynchronously (never await a
-                await queued  # cluster pipeline itself: that empties it)
+            if inspect.iscoroutine(queued):  # redis-py Script objects queue themselves asynchronously (never
+                await queued  # await a cluster pipeline itself: that empties it)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its
             raise aioredis.ConnectionError(f"cluster topology changed mid-pipeline ({exc})") from exc  # nodes
         if len(replies) != len(builds):
             raise RuntimeError(f"batcher: {len(builds)} commands queued but {len(replies)} replies")
-        for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):  # a cluster node without the script yet (a new master):
-                replies[i] = await _alone(builds[i], self.r)  # alone, the script loads itself and runs
+        unknown = [i for i, (b, rep) in enumerate(zip(builds, replies)) if isinstance(b, ScriptCall)
+                   and isinstance(rep, NoScriptError)]  # a server restarted or flushed, a new cluster master
+        if unknown and retry:
+            for src in {builds[i].script.script for i in unknown}:  # type: ignore[attr-defined]
+                await self.r.script_load(src)  # on a cluster: on every master
+            again = await self._round_trip([builds[i] for i in unknown], retry=False)
+            for i, reply in zip(unknown, again, strict=True):
+                replies[i] = reply
         return replies
-
-
-def queue_script(pipe: Any, script: Any, script_keys: list[str], args: list[Any]) -> Any:
-    """Queue ``script`` on ``pipe`` (a pipeline, a cluster pipeline -- where redis-py refuses
-    ``evalsha`` -- or a client, which runs it at once)."""
-    if isinstance(pipe, ClusterPipeline):
-        return pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
-    return script(keys=script_keys, args=args, client=pipe)
-
-
-async def _alone(build: Callable[[Any], Any], r: aioredis.Redis) -> Any:
-    """``build``'s command sent on its own; its reply, or its error."""
-    try:
-        return await build(r)
-    except Exception as exc:  # handed to the caller as the batch's reply, as pipeline errors are
-        return exc

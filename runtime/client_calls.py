@@ -87,8 +87,14 @@ async def record(turns: Turns, sid: str, turn: int, index: int, pending: dict, c
 
 async def expire_overdue(turns: Turns, sid: str, turn: int, timeout_s: float) -> int:
     """Answer client-side calls that waited longer than ``timeout_s`` with an error result."""
+    return await expire_calls(turns, sid, turn, await turns.barrier.overdue_client_calls(sid, turn, timeout_s),
+                              timeout_s)
+
+
+async def expire_calls(turns: Turns, sid: str, turn: int, overdue: list[int], timeout_s: float) -> int:
+    """Answer the ``overdue`` client-side calls (indices) of a turn with an error result."""
     n = 0
-    for index in await turns.barrier.overdue_client_calls(sid, turn, timeout_s):
+    for index in overdue:
         pending = await turns.barrier.client_call(sid, turn, index)
         if pending is not None:
             msg = f"error: the client did not return a result for {pending['name']} within {timeout_s:g} s"

@@ -10,7 +10,7 @@ pipelines follow MOVED/ASK and failovers themselves.  Two things it cannot do ar
 
 * a command over keys of different slots is refused by the server (``CROSSSLOT``) even when
   one node owns them all, so a read of many streams is one read per slot (``by_slot``), or, for
-  many sessions' streams, one tracked reader per node (``runtime.stream_reads``);
+  many sessions' streams, one tracked reader per node (``runtime.tracked_reads``);
 * SCAN and server statistics are per node: ``primaries`` lists the masters to ask.
 
 On one server (a ``redis://`` URL) the same helpers see one node holding every slot.
@@ -18,7 +18,7 @@ On one server (a ``redis://`` URL) the same helpers see one node holding every s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -83,12 +83,18 @@ def _word(arg: object) -> str:
     return (arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)).upper()
 
 
-def connect(url: str) -> RedisCluster:
-    """An asyncio cluster client, bytes replies (as ``runtime.bus.connect`` for one server)."""
+def connect(url: str, connection: Callable[[type], type] | None = None) -> RedisCluster:
+    """An asyncio cluster client, bytes replies (as ``runtime.bus.connect`` for one server);
+    ``connection`` maps redis-py's connection class to the one every node's connections are."""
     nodes, opts = parse_url(url)
     client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], decode_responses=False,
                           health_check_interval=30, **opts)
     client.commands_parser = _StreamKeys()
+    if connection is not None:
+        kwargs = client.connection_kwargs  # shared with the nodes manager: the nodes it finds later use it
+        kwargs["connection_class"] = connection(kwargs["connection_class"])
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_class = connection(node.connection_class)
     return client
 
 

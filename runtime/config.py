@@ -61,9 +61,13 @@ class Config:
     vllm_args: str = opt("", 'JSON object of extra vLLM engine arguments, e.g. {"block_size": 32}', "decode")
     replay_rate: float = opt(50.0, "tokens per second of the replay engine", "decode")
     replay_script: str = opt("", "JSON file: a list of per-turn templates for the replay engine", "decode")
+    replay_mode: str = opt("per_session", "replay engine pacing: per_session (a timer per request) | batched (one "
+                           "step for every running request, as a batching engine; bench load)", "decode")
     tool_format: str = opt("hermes", "the model's tool-call format (see `workers.parser.FORMATS`)",
                            "decode", "parser", "gateway")
     reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
+    grammar_auto: str = opt("on", "tool_choice auto with tools: a call's name and arguments are held to the offered "
+                                  "tools (on) or free (off); no tools never allows a call", "decode")
     coalesce_tokens: int = opt(4, "token-log chunking: at most this many tokens per chunk", "decode")
     coalesce_ms: float = opt(15.0, "token-log chunking: at most this long between chunks (the first token "
                                    "goes at once)", "decode")
@@ -92,6 +96,8 @@ class Config:
     sweep_after_s: float = opt(2.0, "a completed turn not continued within this long is continued by the sweep",
                                "decode")
     client_tool_timeout_s: float = opt(300.0, "wait for a client-side tool's result", "decode")
+    response_ttl_s: int = opt(86_400, "a stored /v1/responses response (its object, input items and "
+                                      "conversation) expires this long after it ended", "gateway")
     # gateway
     host: str = opt("127.0.0.1", "gateway listen address", "gateway")
     port: int = opt(8000, "gateway listen port", "gateway")
@@ -101,6 +107,8 @@ class Config:
     served_model_name: str = opt("", "the model id of the OpenAI API; empty: the model directory's name",
                                  "gateway")
     max_request_bytes: int = opt(1_048_576, "largest request body (413 above)", "gateway")
+    max_header_bytes: int = opt(32_768, "largest request header block, names and values together (431 above)",
+                                "gateway")
     max_messages: int = opt(512, "most messages in one request", "gateway")
     max_tools: int = opt(128, "most tools in one request", "gateway")
     max_turns_limit: int = opt(64, "most max_turns a request may ask for", "gateway")
@@ -110,7 +118,10 @@ class Config:
     relay_queue_size: int = opt(1024, "events buffered per subscriber before it is dropped (close 4008)",
                                 "gateway")
     # logs
+    ws_compression: str = opt("off", "deflate: accept a WebSocket client's permessage-deflate (CPU for bandwidth) "
+                              "| off", "gateway")
     log_level: str = opt("INFO", "DEBUG | INFO | WARNING | ERROR")
+    loop: str = opt("uvloop", "every process's event loop: uvloop | asyncio (the standard library's)")
     log_format: str = opt("text", "text | json (one object per line, with the session id)")
 
     @property
@@ -133,10 +144,13 @@ class Config:
 
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
-            "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"}}
+            "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
+            "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
+            "grammar_auto": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
-             "max_request_bytes", "max_messages", "max_tools", "max_turns_limit", "max_tokens_limit",
-             "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms")
+             "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
+             "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms",
+             "response_ttl_s")
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

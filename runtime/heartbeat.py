@@ -63,8 +63,5 @@ async def live(r: aioredis.Redis, kind: str = "*") -> dict[str, dict[str, Any]]:
     found = [k async for k in r.scan_iter(match=keys.heartbeat(kind, "*"), count=500)]  # every master
     if not found:
         return {}
-    pipe = r.pipeline(transaction=False)  # GETs, not one MGET: on a cluster the keys span slots
-    for k in found:
-        pipe.get(k)
-    values = await pipe.execute()
+    values = await bus.get_each(r, found)  # GETs, not one MGET: on a cluster the keys span slots
     return {k.decode(): json.loads(v) for k, v in zip(found, values) if v is not None}

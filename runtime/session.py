@@ -122,8 +122,9 @@ return 1
 # XADD events whose seq is beyond what this (turn, attempt, src) already published, unless the
 # turn's session.ended is out.  ARGV: cursor field, maxlen, end field, then (seq, data) pairs.
 _PUBLISH = """
-if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return -1 end
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+local marks = redis.call('HMGET', KEYS[1], ARGV[3], ARGV[1])
+if marks[1] then return -1 end
+local cur = tonumber(marks[2] or '-1')
 local last = cur
 for i = 4, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
@@ -246,6 +247,13 @@ class Sessions:
     async def set_fields(self, sid: str, **values: Any) -> None:
         await self.r.hset(keys.session(sid), mapping={k: v for k, v in values.items()})
 
+    async def turns_of(self, sids: list[str]) -> list[int]:
+        """The current turn of each session, in one round trip (0 for a session that is gone)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(keys.session(sid), "turn")
+        return [int(t or 0) for t in await pipe.execute()] if sids else []
+
     async def messages(self, sid: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.r.lrange(keys.messages(sid), 0, -1)]
 
@@ -275,17 +283,22 @@ class Sessions:
         args = [turn] + [json.dumps(m) for m in messages]
         return bool(await self._append(keys=[keys.session(sid), keys.messages(sid)], args=args))
 
+    def publish_call(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
+                     maxlen: int) -> bus.ScriptCall:
+        """The script run of ``publish_once``, for a caller that sends it in its own pipeline."""
+        args: list[Any] = [cursor, maxlen, Field.ended(turn)]
+        for seq, data in items:
+            args += [seq, data]
+        return bus.ScriptCall(self._publish, [keys.session(sid), keys.events(sid)], args)
+
     async def publish_once(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
                            maxlen: int) -> int:
         """XADD turn ``turn``'s events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the
         new mark, or -1 when the turn's ``session.ended`` is already out (nothing is published)."""
-        args: list[Any] = [cursor, maxlen, Field.ended(turn)]
-        for seq, data in items:
-            args += [seq, data]
-        script_keys = [keys.session(sid), keys.events(sid)]
+        call = self.publish_call(sid, turn, cursor, items, maxlen)
         if self.batcher is None:
-            return int(await self._publish(keys=script_keys, args=args))
-        return int(await self.batcher.call(lambda pipe: bus.queue_script(pipe, self._publish, script_keys, args)))
+            return int(await self._publish(keys=call.keys, args=call.args))
+        return int(await self.batcher.call(call))
 
     async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int) -> bool:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""

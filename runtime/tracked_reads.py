@@ -10,7 +10,9 @@ owns them all), and sessions' streams are spread over the 16384 slots.  So, per 
 Every XREAD arms tracking of its stream; the next write to it sends one invalidation (writes
 until the next read send no more: the server coalesces them).  ``ClusterReads.read`` returns
 the new entries of the dirty streams after the caller's cursors, or waits up to ``block_ms``
-for one to turn dirty.  Nothing needs configuring on the servers (no keyspace notifications).
+for one to turn dirty; ``wake()`` ends that wait from this process (``runtime.bus.WakeableRead``:
+the caller has new streams to pass in).  Nothing needs configuring on the servers (no keyspace
+notifications).
 
 Invariants:
 
@@ -157,6 +159,11 @@ class ClusterReads:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(block_s):
                 await self._woken.wait()
+
+    def wake(self) -> None:
+        """End the wait of the read in progress (or make the next one return at once): the caller has
+        new streams to pass in."""
+        self._woken.set()
 
     def _on_keys(self, changed: list[bytes] | None) -> None:
         if changed is None:

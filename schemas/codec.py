@@ -1,4 +1,9 @@
-"""One encoder and one typed decoder per message family, built once and reused (msgpack)."""
+"""One encoder and one typed decoder per message family, built once and reused.
+
+Every message is msgpack, except the public event log's ``Event``: it is JSON, the bytes a
+client receives, so the gateway forwards an event without decoding it (``event_kind`` tells it
+what the event is).  Events written by earlier versions (msgpack) still decode.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ class UndecodableEntry(ValueError):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_event_decoder = msgspec.msgpack.Decoder(Event)
+_event_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(Event)
+_event_decoder_v0 = msgspec.msgpack.Decoder(Event)  # events written as msgpack by earlier versions
 _token_decoder = msgspec.msgpack.Decoder(TokenEntry)
 _job_decoder = msgspec.msgpack.Decoder(Job)
 _tool_job_decoder = msgspec.msgpack.Decoder(ToolJob)
@@ -22,7 +29,9 @@ _json_encoder = msgspec.json.Encoder()
 
 
 def encode(msg: Any) -> bytes:
-    """Serialise any schema message to msgpack bytes."""
+    """Serialise any schema message: an ``Event`` to JSON, everything else to msgpack."""
+    if type(msg) is Event:
+        return _event_encoder.encode(msg)
     return _encoder.encode(msg)
 
 
@@ -37,8 +46,23 @@ def _decode(decoder: msgspec.msgpack.Decoder, data: bytes) -> Any:
 
 
 def decode_event(data: bytes) -> Event:
-    """Decode one ``ts:s:{sid}:ev`` entry."""
-    return _decode(_event_decoder, data)
+    """Decode one ``ts:s:{sid}:ev`` entry (JSON, or the msgpack of earlier versions)."""
+    return _decode(_event_decoder if data[:1] == b"{" else _event_decoder_v0, data)
+
+
+_BODY_TYPE = b'"body":{"type":"'
+
+
+def event_kind(data: bytes) -> str | None:
+    """The body type (tag) of an encoded event, read without decoding it; None when ``data`` is not a
+    JSON event.  Exact: an ``Event``'s JSON has one ``"body":{"type":"`` outside strings (inside a
+    JSON string every quote is escaped), and a body's tag is the first key of its object."""
+    at = data.find(_BODY_TYPE) if data[:1] == b"{" else -1
+    if at < 0:
+        return None
+    start = at + len(_BODY_TYPE)
+    end = data.find(b'"', start)
+    return data[start:end].decode() if end > start else None
 
 
 def decode_token(data: bytes) -> TokenEntry:

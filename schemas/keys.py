@@ -10,12 +10,14 @@ one session's keys share a slot and no script ever touches two slots.
     ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
     ts:decode:load              hash: decoder -> turns it is generating now (for routing)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
+    ts:parse:wake:{parser}      stream: wakes one parser's shared token reader (a turn joins or rejoins)
     ts:s:{sid}                  hash: the session record
     ts:s:{sid}:msgs             list: the conversation, one JSON message per item
     ts:s:{sid}:tok              stream: the decoder's token log (internal)
     ts:s:{sid}:ev               stream: the public event log
     ts:s:{sid}:t:{turn}:bar     hash: the turn's fan-in barrier
     ts:s:{sid}:t:{turn}:run:{i} string: "this non-idempotent call has started" (SET NX)
+    ts:s:{sid}:resp             hash: the stored Responses-API response of session sid (owner, request, items, final)
     ts:tools:dur                hash: per-tool EWMA of durations (ms), for pin deadlines
     ts:tools:q:{pool}           arq queue (sorted set) of one tool pool, on the queue server
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
@@ -89,6 +91,11 @@ def tool_run(sid: str, turn: int, index: int) -> str:
     return f"{session(sid)}:t:{turn}:run:{index}"
 
 
+def response(sid: str) -> str:
+    """A stored Responses-API response (``gateway.responses_store``); it outlives the session's own keys."""
+    return f"{session(sid)}:resp"
+
+
 def session_keys(sid: str, turns: int) -> list[str]:
     """All keys of a session with ``turns`` turns (for expiry)."""
     fixed = [session(sid), messages(sid), tokens(sid), events(sid)]
@@ -112,6 +119,11 @@ def tool_queue(pool: str) -> str:
 def tool_wake(pool: str) -> str:
     """The wake list of one tool pool: the dispatcher pushes a token per job, idle workers BLPOP it."""
     return f"{tool_queue(pool)}:wake"
+
+
+def parser_wake(parser: str) -> str:
+    """The wake-up stream of one parser process's shared token reader."""
+    return f"{PREFIX}:parse:wake:{parser}"
 
 
 def gateway_wake(gateway: str) -> str:

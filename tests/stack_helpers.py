@@ -12,6 +12,7 @@ from schemas.events import StartTurn
 from runtime import bus
 from runtime.session import Sessions
 from runtime.tool_catalog import ToolCatalog
+from workers.parser import tools_called
 
 
 async def server_tools(r: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
@@ -25,9 +26,12 @@ async def server_tools(r: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
 
 async def start_session(r: Any, sid: str, script: list[str], **kw: Any) -> None:
     """A session created as the gateway does (record + ``StartTurn``), with a ReplayEngine script;
-    without ``tools``, it may use every server tool (the gateway's default)."""
+    without ``tools``, it offers every server tool (the gateway's default) and any other tool its script
+    calls (a client tool, or a name no worker has)."""
     if "tools" not in kw:
-        kw["tools"] = await server_tools(r)
+        served = await server_tools(r)
+        names = {t["function"]["name"] for t in served}
+        kw["tools"] = served + [t for t in tools_called(script) if t["function"]["name"] not in names]
     await Sessions(r).create(sid, [{"role": "user", "content": "go"}], meta={"replay": script}, **kw)
     await bus.add(r, keys.DECODE_JOBS, encode(StartTurn(sid=sid, turn=0)))
 

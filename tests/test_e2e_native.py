@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import openai
 
 from tests.test_e2e import assert_exactly_once_in_order, run_session
@@ -94,3 +95,50 @@ def test_follow_up_requests_go_to_the_decoder_holding_their_prefix(stack_factory
         assert owner[0] == owner[1], "the follow-up ran on another decoder than the one holding its prefix"
         # all of the first request's full KV blocks (16 tokens each) were found
         assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // 16 * 16
+
+
+def test_calls_name_only_offered_tools_and_no_tools_means_no_calls(stack_factory) -> None:
+    """The two reports of issue 17, through the OpenAI SDK against the bundled model."""
+    stack = stack_factory(engine="native")
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p,
+                                                                          "required": list(p)}}}
+             for n, p in (("get_weather", {"city": {"type": "string"}}),
+                          ("book_table", {"restaurant": {"type": "string"}, "party_size": {"type": "integer"},
+                                          "time": {"type": "string"}}))]
+    ask = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
+    reply = client.chat.completions.create(model="tiny-agent", messages=[{"role": "user", "content": ask}],
+                                           tools=tools).choices[0]
+    assert reply.message.tool_calls  # the model was trained on book_restaurant: it may only call book_table
+    for call in reply.message.tool_calls:
+        schema = next(t["function"]["parameters"] for t in tools if t["function"]["name"] == call.function.name)
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+    story = [{"role": "user", "content": "Tell me a long story about the sea."}]
+    plain = client.chat.completions.create(model="tiny-agent", messages=story, max_tokens=120).choices[0]
+    assert plain.message.tool_calls is None and plain.finish_reason in ("stop", "length")
+    assert "<tool_call>" not in (plain.message.content or "")
+    chunks = list(client.chat.completions.create(model="tiny-agent", messages=story, max_tokens=120, stream=True))
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+
+
+def test_response_format_json_schema_holds_the_answer(stack_factory) -> None:
+    stack = stack_factory(engine="native")
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
+                                               "confidence": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["answer", "confidence"], "additionalProperties": False}
+    reply = client.chat.completions.create(
+        model="tiny-agent", messages=[{"role": "user", "content": "Is it going to rain in Paris today?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}},
+        max_tokens=60).choices[0]
+    jsonschema.validate(json.loads(reply.message.content), schema)
+
+
+async def test_a_sessions_named_tool_choice_binds_its_first_turn(stack_factory) -> None:
+    stack = stack_factory(engine="native")
+    body = {"messages": [{"role": "user", "content": "What's the weather in Paris today?"}], "max_turns": 3,
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    _, events = await run_session(stack.url, body)
+    ready = [e for e in events if e["body"]["type"] == "tool_call.ready"]
+    assert ready and ready[0]["turn"] == 0 and ready[0]["body"]["name"] == "get_time"  # the model wanted get_weather
+    assert events[-1]["body"]["type"] == "session.ended"

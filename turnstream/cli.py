@@ -26,6 +26,7 @@ import sys
 from dataclasses import MISSING, Field
 from typing import Any
 
+from runtime import aio
 from runtime.config import ENV_PREFIX, KINDS, Config, ConfigError, load_config, unknown_env
 from turnstream import __version__
 from turnstream.logs import setup_logging
@@ -72,7 +73,7 @@ def build_engine(cfg: Config) -> Any:
         from workers.decode.replay import ReplayEngine
 
         script = json.loads(open(cfg.replay_script).read()) if cfg.replay_script else None
-        return ReplayEngine(cfg.model, rate=cfg.replay_rate, script=script)
+        return ReplayEngine(cfg.model, rate=cfg.replay_rate, script=script, mode=cfg.replay_mode)
     if cfg.engine == "native":
         from workers.decode.native.engine import NativeEngine
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
     if args.cmd == "worker":
-        asyncio.run(_worker(args.kind, cfg))
+        aio.run(_worker(args.kind, cfg), cfg.loop)
         return 0
     if args.cmd == "gateway":
         from gateway.app import serve

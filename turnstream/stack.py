@@ -81,7 +81,7 @@ def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
     r = cluster.connect_sync(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
-        while len(r.keys(keys.decoder_heartbeat("*"))) < n:
+        while len(set(r.scan_iter(match=keys.decoder_heartbeat("*"), count=500))) < n:  # a cluster: every master
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fewer than {n} decoders up after {timeout_s}s")
             time.sleep(0.1)

@@ -15,18 +15,24 @@ check asserts lower bounds on ``cached_tokens``, never that a prompt missed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from tests.decode.scripted_model import Script
+from workers.decode.constraints import constraint_for
+from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 
 SYSTEM = "You are a helpful assistant. Answer the question and call tools when you need them. " * 3
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+GET_TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC"]}},
+                                       "required": ["tz"]}}}
 FINISH_REASONS = {"stop", "length", "abort"}
 _ids = itertools.count()
 
@@ -208,6 +214,29 @@ async def a_prefill_is_continued_not_repeated(case: Case) -> None:
     assert forced[-1].completion_tokens <= plain[-1].completion_tokens - 4
 
 
+async def a_constraint_holds_the_completion_to_its_grammar(case: Case) -> None:
+    """The scripted model writes its call's JSON as one added token, which no grammar admits (text in
+    a grammar never matches an added token): under a constraint it must write something else."""
+    grammars = GrammarCompiler.from_dir(case.script.path, [case.script.eos_id])
+    head = case.script.text[:case.script.text.index("<tool_call>")]
+
+    async def run(tools: list[dict[str, Any]], **params: Any) -> str:
+        c = constraint_for("hermes", None, tools, params)
+        req = dataclasses.replace(request(max_tokens=60), tools=tools or None, constraint=c)
+        deltas = await collect(case.engine, req)
+        text = text_of(deltas)
+        ids = grammars.tokenizer.tokenize_str(text, parse_special=True)
+        assert grammars.violation(c, ids, complete=deltas[-1].finish_reason == "stop") is None, text
+        return text
+
+    assert (await run(TOOLS, tool_choice="required")).startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
+    named = await run(TOOLS + [GET_TIME], tool_choice={"name": "get_time"})
+    assert named.startswith('<tool_call>\n{"name": "get_time", "arguments": ')
+    for text in (await run([]), await run(TOOLS, tool_choice="none")):  # the script's call cannot begin
+        assert text.startswith(head) and "<tool_call>" not in text
+    assert (await run(TOOLS)).startswith(head + "<tool_call>\n")  # auto: the offered call may begin
+
+
 CHECKS = [
     first_delta_comes_with_the_first_token_and_prompt_counts,
     deltas_concatenate_to_the_whole_completion,
@@ -223,4 +252,5 @@ CHECKS = [
     a_repeated_prompt_hits_the_prefix_cache,
     a_continuation_hits_the_previous_turn,
     a_prefill_is_continued_not_repeated,
+    a_constraint_holds_the_completion_to_its_grammar,
 ]

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import shutil
+import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
 import websockets
 
+from schemas import keys
 from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
 from turnstream.embedded import free_port
-from turnstream.stack import start_processes, stop_all
+from turnstream.stack import spawn_kind, stop_all, wait_ready
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"
@@ -34,6 +41,14 @@ class GwStack:
     cfg: Config
     url: str
     procs: list = field(default_factory=list)
+    log_path: Path | None = None  # the gateway's stdout and stderr
+
+    def gateway_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def tracebacks(self) -> int:
+        """How many tracebacks the gateway has logged so far."""
+        return self.gateway_log().count("Traceback (most recent call last)")
 
     @property
     def ws(self) -> str:
@@ -44,6 +59,10 @@ class GwStack:
 
     def stop(self) -> None:
         stop_all(self.procs)
+        if self.log_path is not None:
+            sys.stderr.write(self.gateway_log())  # shown with a failing test's captured output
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
+            self.log_path = None
 
 
 def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides: Any) -> GwStack:
@@ -56,7 +75,16 @@ def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides
     settings.update(overrides)
     cfg = load_config(**settings)
     stack = GwStack(cfg, f"http://{cfg.host}:{cfg.port}")
-    stack.procs = [p for _, p in start_processes(cfg, [k for k in kinds if k != "gateway"] + ["gateway"])]
+    stack.log_path = Path(tempfile.mkdtemp(prefix="turnstream-gw-")) / "gateway.log"
+    with stack.log_path.open("wb") as log:
+        procs = [(k, spawn_kind(k, cfg)) for k in kinds if k != "gateway"]
+        procs.append(("gateway", spawn_kind("gateway", cfg, stdout=log, stderr=log)))
+    stack.procs = [p for _, p in procs]
+    try:
+        wait_ready(stack.url, procs)
+    except BaseException:
+        stack.stop()
+        raise
     return stack
 
 
@@ -97,6 +125,34 @@ async def create_session(url: str, body: dict[str, Any], headers: dict[str, str]
     return resp.json()["id"]
 
 
+def assert_sound(gw: GwStack, headers: dict[str, str], baseline_tracebacks: int = 0) -> None:
+    """The gateway logged no traceback since ``baseline_tracebacks``, still serves a normal request,
+    and every session in the store is readable (by the key in ``headers``)."""
+    assert gw.tracebacks() == baseline_tracebacks, gw.gateway_log()[-5000:]
+    with httpx.Client(base_url=gw.url, timeout=30, headers=headers) as http:
+        assert http.get("/healthz").status_code == 200
+        chat = http.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                                       "replay": ["fine"]})
+        assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "fine", chat.text
+        r = gw.redis()
+        for key in r.scan_iter(match=keys.session("*"), count=1000):
+            sid = key.decode()[len(keys.session("")) - 1:-1]
+            read = http.get(f"/v1/sessions/{sid}")
+            assert read.status_code == 200, (sid, read.text)
+
+
+async def wait_for_subscribers(url: str, n: int, timeout_s: float = 10.0) -> None:
+    """Until the gateway relays ``n`` subscriptions (its ``/metrics``), or fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        while True:
+            text = (await http.get("/metrics")).text
+            if f"turnstream_relay_subscribers {float(n)}" in text:
+                return
+            assert asyncio.get_running_loop().time() < deadline, f"never {n} subscribers"
+            await asyncio.sleep(0.02)
+
+
 async def read_ws(ws_url: str, limit: int | None = None, **kw: Any) -> list[dict[str, Any]]:
     """Events of one WebSocket connection until the server closes it (or ``limit`` events)."""
     out: list[dict[str, Any]] = []
@@ -123,3 +179,14 @@ async def read_sse(url: str, path: str, headers: dict[str, str] | None = None,
                     if limit is not None and len(out) >= limit:
                         break
     return out
+
+
+def assert_cancelled_mid_turn(r: redis.Redis, sid: str, full: str) -> None:
+    """The oneshot session ``sid`` was cancelled and its decoder stopped before writing all of ``full``."""
+    deadline = time.monotonic() + 60  # a bound for a loaded machine: the turn's end is the condition
+    while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
+        time.sleep(0.05)
+    status = r.hget(keys.session(sid), "status")
+    assert status == b"cancelled", f"session {sid} is {status!r}, not cancelled"
+    raw = json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]
+    assert 0 < len(raw) < len(full)  # the decoder stopped generating

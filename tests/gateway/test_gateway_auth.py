@@ -121,6 +121,24 @@ def test_oversized_inputs_get_clear_4xx(http: httpx.Client) -> None:
                                                                            "application/json"}), 400, "invalid_json")
 
 
+def test_oversized_request_headers_get_431_before_anything_else(gw: GwStack, http: httpx.Client) -> None:
+    huge = {"X-Padding": "x" * 1_000_000}
+    for path in ("/healthz", "/v1/models"):
+        assert_error(http.get(path, headers={**auth(ALICE), **huge}), 431, "request_headers_too_large")
+    many = {f"X-Pad-{i}": "y" * 1000 for i in range(40)}  # the total counts, not one header
+    assert_error(http.get("/v1/models", headers={**auth(ALICE), **many}), 431, "request_headers_too_large")
+    assert http.get("/v1/models", headers={**auth(ALICE), "X-Padding": "x" * 8000}).status_code == 200
+
+
+async def test_an_oversized_websocket_handshake_is_refused(gw: GwStack, alices_session: str) -> None:
+    many = {f"X-Pad-{i}": "y" * 1000 for i in range(40)}  # each line under the WebSocket parser's own 8 KiB
+    with pytest.raises(websockets.InvalidStatus) as exc:
+        async with websockets.connect(f"{gw.ws}/v1/sessions/{alices_session}/ws",
+                                      additional_headers={**auth(ALICE), **many}):
+            pass
+    assert exc.value.response.status_code == 431
+
+
 def test_rate_limit_answers_429_with_retry_after(http: httpx.Client) -> None:
     statuses = [http.get("/v1/models", headers=auth(RATE)) for _ in range(70)]
     limited = [r for r in statuses if r.status_code == 429]

@@ -30,8 +30,11 @@ TURN = ([TurnStarted(prompt_tokens=40, cached_tokens=32), ReasoningDelta(text="n
         + [TurnEnded(finish_reason="tool_calls", completion_tokens=30, n_calls=2), SessionEnded(reason="tool_calls")])
 
 
+OFFERED = frozenset({"get_weather", "get_time"})
+
+
 def run(bodies: list[Any], attempts: list[int] | None = None, **opts: Any) -> tuple[ChatStream, list[dict]]:
-    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **{"tools": OFFERED, **opts}))
     chunks: list[dict] = []
     for i, body in enumerate(bodies):
         chunks += stream.feed(ev(body, attempts[i] if attempts else 1))
@@ -105,6 +108,23 @@ def test_tool_choice_none_returns_no_calls() -> None:
     assert "tool_calls" not in stream.response()["choices"][0]["message"]
 
 
+def test_calls_of_functions_not_offered_are_dropped() -> None:
+    stream, chunks = run(TURN, tools=frozenset({"get_time"}))
+    got = assemble(chunks)
+    assert [(c["name"], c["id"]) for c in got["calls"]] == [("get_time", "call_x_0")] and got["finish"] == "tool_calls"
+    assert [c["function"]["name"] for c in stream.response()["choices"][0]["message"]["tool_calls"]] == ["get_time"]
+
+
+def test_with_no_tools_offered_no_call_comes_back_and_the_turn_stops() -> None:
+    for opts in ({"tools": frozenset()}, {}):  # offered none; or a caller that names no tools at all
+        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+        chunks = [c for b in TURN for c in stream.feed(ev(b))] + stream.finish()
+        got = assemble(chunks)
+        assert got["calls"] == [] and got["finish"] == "stop" and got["content"] == "Checking now."
+        message = stream.response()["choices"][0]["message"]
+        assert "tool_calls" not in message and message["content"] == "Checking now."
+
+
 def test_named_tool_choice_drops_other_functions_and_finishes_with_stop() -> None:
     _, chunks = run(TURN, named="get_time")
     got = assemble(chunks)
@@ -152,21 +172,28 @@ def test_a_failed_session_raises() -> None:
         run([ContentDelta(text="x"), ErrorEvent(message="boom"), SessionEnded(reason="error")])
 
 
-def test_required_and_named_tool_choice_force_the_turns_opener() -> None:
+def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar() -> None:
     from gateway.bodies import ChatRequest
     from gateway.openai_api import plan_chat
     from runtime.config import load_config
+    from workers.decode.constraints import Calls, constraint_for
 
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
 
-    def prefill(choice: Any, **cfg: Any) -> str | None:
-        body = ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                           "tools": tools, "tool_choice": choice})
-        return plan_chat(load_config(served_model_name="m", **cfg), body).params.get("prefill")
+    def plan(**req: Any) -> Any:
+        body = ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **req})
+        p = plan_chat(load_config(served_model_name="m"), body)
+        return p, constraint_for("hermes", None, p.tools, p.params)
 
     named = {"type": "function", "function": {"name": "b"}}
-    assert prefill("required") == "<tool_call>\n"
-    assert prefill(named) == '<tool_call>\n{"name": "b", "arguments":'
-    assert prefill(named, tool_format="pythonic") == "[b("
-    assert prefill("auto") is None and prefill("none") is None and prefill(None) is None
-    assert prefill("required", reasoning="think") is None  # a reasoning model thinks first: not forced
+    p, c = plan(tools=tools, tool_choice=named)
+    assert p.params["tool_choice"] == named and "prefill" not in p.params
+    assert c.calls is Calls.REQUIRED and [t.name for t in c.tools] == ["b"]
+    assert plan(tools=tools, tool_choice="required")[1].calls is Calls.REQUIRED
+    assert plan(tools=tools)[1].calls is Calls.ALLOWED
+    assert plan(tools=tools, tool_choice="none")[1].calls is Calls.FORBIDDEN
+    assert plan()[1].calls is Calls.FORBIDDEN  # no tools: no call can begin
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    p, c = plan(response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}})
+    assert c.answer_schema == {**schema, "additionalProperties": False}
+    assert plan(response_format={"type": "json_object"})[1].answer_schema == {"type": "object"}

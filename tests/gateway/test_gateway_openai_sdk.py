@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import openai
 import pytest
-from gateway_harness import MODEL, GwStack
+from gateway_harness import MODEL, GwStack, assert_cancelled_mid_turn
 
-from schemas import keys
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -98,16 +96,38 @@ def test_tool_choice_none_named_and_parallel(client: openai.OpenAI) -> None:
         return client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS,
                                               extra_body={"replay": script}, **kw).choices[0]
 
-    none = ask(tool_choice="none")
+    none = ask(["Not calling anything."], tool_choice="none")
     assert none.message.tool_calls is None and none.finish_reason == "stop"
+    with pytest.raises(openai.InternalServerError, match="breaks the request's grammar"):
+        ask(tool_choice="none")  # a script that calls under "none" is refused, as a grammar refuses a model
     single = ask(parallel_tool_calls=False)
     assert [c.function.name for c in single.message.tool_calls] == ["get_weather"]
-    # required / named force the turn's opening: a script (like a model) continues from it
     required = ask([WEATHER_CALL + "\n" + TIME_CALL], tool_choice="required")
     assert required.finish_reason == "tool_calls" and len(required.message.tool_calls) == 2
-    named = ask([TIME_CALL + "\n" + WEATHER_CALL],  # the other call is dropped
-                tool_choice={"type": "function", "function": {"name": "get_time"}})
+    named = ask([TIME_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
+    with pytest.raises(openai.InternalServerError, match="breaks the request's grammar"):
+        ask([TIME_CALL + "\n" + WEATHER_CALL], tool_choice={"type": "function", "function": {"name": "get_time"}})
+
+
+def test_only_offered_functions_come_back(client: openai.OpenAI) -> None:
+    booking = '<tool_call>\n{"name": "book_restaurant", "arguments": {"name": "Chez Nous"}}\n</tool_call>'
+    hello = [{"role": "user", "content": "Hello! How are you?"}]
+    for tools in (None, [TOOLS[1]]):  # no tools at all; tools that do not include book_restaurant
+        kw = {"tools": tools} if tools else {}
+        replay = {"replay": ["I am fine.\n" + booking + "\n" + TIME_CALL]}
+        choice = client.chat.completions.create(model=MODEL, messages=hello, extra_body=replay, **kw).choices[0]
+        names = [c.function.name for c in choice.message.tool_calls or []]
+        assert names == (["get_time"] if tools else []), names
+        assert choice.finish_reason == ("tool_calls" if tools else "stop")
+        if tools:
+            assert choice.message.content.strip() == "I am fine."
+        else:  # nothing was offered: the whole text is content
+            assert choice.message.content == replay["replay"][0]
+        chunks = list(client.chat.completions.create(model=MODEL, messages=hello, extra_body=replay, stream=True,
+                                                     **kw))
+        streamed = [tc.function.name for c in chunks for tc in c.choices[0].delta.tool_calls or [] if tc.function.name]
+        assert streamed == names and chunks[-1].choices[0].finish_reason == choice.finish_reason
 
 
 def test_invalid_requests_get_openai_errors(client: openai.OpenAI) -> None:
@@ -129,10 +149,4 @@ def test_a_client_that_leaves_mid_stream_cancels_generation(client: openai.OpenA
     first = next(iter(stream))
     sid = first.id.removeprefix("chatcmpl-")
     stream.close()
-    r = gw.redis()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and r.hget(keys.session(sid), "asst:0") is None:
-        time.sleep(0.05)
-    assert r.hget(keys.session(sid), "status") == b"cancelled"
-    raw = json.loads(r.hget(keys.session(sid), "asst:0"))["raw"]
-    assert 0 < len(raw) < len(long)  # the decoder stopped generating
+    assert_cancelled_mid_turn(gw.redis(), sid, long)

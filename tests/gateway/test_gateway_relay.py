@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from gateway_harness import event_bytes
 
-from gateway.relay import Dropped, Relay, Subscription, parse_id
+from gateway.frames import parse_id
+from gateway.relay import Dropped, Relay, Subscription
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded
 from runtime import bus

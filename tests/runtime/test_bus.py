@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 
 from schemas import keys
 from schemas.codec import encode
@@ -19,6 +21,15 @@ async def test_blocking_read_wakes_on_add(r) -> None:
     await bus.add(r, "s:test", b"hello")
     entries = await asyncio.wait_for(task, 2.0)
     assert [e.data for e in entries] == [b"hello"]
+
+
+async def test_a_lost_group_is_created_again(r) -> None:
+    reader = bus.GroupReader(r, ["s:test"], "g", "c1", block_ms=100)
+    await reader.setup()
+    await r.delete("s:test")  # as a failover that lost the group (and its stream) would
+    await bus.add(r, "s:test", b"after")  # the stream again, without the group
+    assert await reader.read() == []  # NOGROUP: the group is created again, from the start
+    assert [e.data for e in await reader.read()] == [b"after"]
 
 
 async def test_unacked_entries_are_reclaimed_by_another_consumer(r) -> None:
@@ -74,3 +85,56 @@ async def test_batcher_gives_each_caller_its_own_reply_or_error(r) -> None:
     assert isinstance(results[50], Exception) and "WRONGTYPE" in str(results[50])
     assert results[51] == 42
     assert [e.data for e in await bus.tail(r, "s:b", "0-0", block_ms=10)] == [str(i).encode() for i in range(50)]
+
+
+async def test_batcher_runs_scripts_by_sha_and_loads_them_when_the_server_forgot(r) -> None:
+    batcher = bus.Batcher(r)
+    script = r.register_script("return tonumber(ARGV[1]) + #KEYS")
+    assert await batcher.call(bus.ScriptCall(script, ["s:k"], [1])) == 2  # never loaded: NOSCRIPT, loaded, re-run
+    await r.script_flush()
+    futures = [batcher.submit(bus.ScriptCall(script, ["s:a", "s:b"], [i])) for i in range(3)]
+    futures.append(batcher.submit(lambda p: p.incr("s:n")))
+    assert await asyncio.gather(*futures) == [2, 3, 4, 1]
+
+
+async def test_read_many_reads_every_stream_after_its_own_id(r) -> None:
+    ids = await bus.publish(r, [("s:x", b"x1"), ("s:y", b"y1"), ("s:x", b"x2")])
+    got = await bus.read_many(r, {"s:x": ids[0], "s:y": "0-0", "s:none": "0-0"})
+    assert sorted((e.stream, e.data) for e in got) == [("s:x", b"x2"), ("s:y", b"y1")]
+    assert await bus.read_many(r, {}) == []
+
+
+async def test_a_wake_interrupts_the_blocked_read_and_is_never_lost(r, redis_url) -> None:
+    reader = bus.connect(redis_url)
+    shared = bus.WakeableRead(reader, r, "s:wake", block_ms=5000)
+    blocked = asyncio.create_task(shared.read({"s:x": "0-0"}))
+    await asyncio.sleep(0.05)
+    await bus.add(r, "s:y", b"y1")  # not in the blocked read: only a wake makes the caller re-read
+    await shared.wake()
+    assert await asyncio.wait_for(blocked, 2.0) == []
+    await shared.wake()  # before the next read is built: that read serves it, nothing is sent
+    assert await r.xlen("s:wake") == 1
+    got = await asyncio.wait_for(shared.read({"s:x": "0-0", "s:y": "0-0"}), 2.0)
+    assert [e.data for e in got] == [b"y1"]
+    sent_early = asyncio.create_task(shared.wake())  # a wake that lands before the read starts
+    await sent_early
+    assert await asyncio.wait_for(shared.read({"s:x": "0-0"}), 2.0) == []  # returns at once
+    await shared.close()
+    assert not await r.exists("s:wake")
+    await reader.aclose()
+
+
+async def test_clients_pack_commands_in_c_and_every_value_round_trips(redis_url) -> None:
+    from redis.exceptions import DataError
+
+    client = bus.connect(redis_url)
+    assert client.connection_pool.connection_class.__name__ == "HiredisConnection"
+    values = [b"\x00\xffraw", "héllo ✓", 7, -3, 2**70, 1.5, 0.1]
+    for i, v in enumerate(values):
+        await client.set(f"s:v{i}", v)
+    assert [await client.get(f"s:v{i}") for i in range(len(values))] == [
+        b"\x00\xffraw", "héllo ✓".encode(), b"7", b"-3", str(2**70).encode(), b"1.5", b"0.1"]
+    assert "maxmemory" in await client.execute_command("CONFIG GET", "maxmemory")  # a two-word command
+    with pytest.raises(DataError):
+        await client.set("s:bad", None)  # type: ignore[arg-type]
+    await client.aclose()

@@ -16,7 +16,8 @@ from runtime.turns import Turns
 from schemas import keys
 from schemas.codec import decode_event, encode
 from schemas.events import ParseTurn, TokenChunk, TokenEnd
-from workers.parser.worker import ParserWorker, TurnParse
+from workers.parser.turn_parse import TurnParse
+from workers.parser.worker import ParserWorker
 
 
 class Flaky:
@@ -45,7 +46,15 @@ async def test_parser_skips_a_token_chunk_written_twice(r) -> None:
     log = [chunks[0], chunks[1], chunks[1], chunks[2], TokenEnd(turn=0, attempt=1, seq=3, finish_reason="stop")]
     await bus.publish(r, [(keys.tokens("dup"), encode(x)) for x in log])
     worker = ParserWorker(load_config(), r, dispatcher=None)  # no calls: nothing is dispatched
-    await TurnParse(worker, ParseTurn(sid="dup", turn=0, attempt=1)).run()
+    turn = TurnParse(worker, ParseTurn(sid="dup", turn=0, attempt=1))
+    assert await turn.start()
+    reading = asyncio.create_task(worker.tokens.run())  # the parser's shared token reader
+    try:
+        async with asyncio.timeout(10):
+            await worker.tokens.parse(turn)
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
     bodies = [decode_event(f[bus.FIELD]).body for _, f in await r.xrange(keys.events("dup"))]
     assert "".join(b.text for b in bodies if type(b).__name__ == "ContentDelta") == "Hello you"
 

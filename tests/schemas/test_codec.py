@@ -9,7 +9,8 @@ import pytest
 
 from schemas import events as E
 from schemas import keys
-from schemas.codec import UndecodableEntry, decode_event, decode_job, decode_token, decode_tool_job, encode
+from schemas.codec import (UndecodableEntry, decode_event, decode_job, decode_token, decode_tool_job, encode,
+                           event_kind)
 
 BODIES = [
     E.ContentDelta(text="héllo ✓"), E.ReasoningDelta(text="thinking"),
@@ -83,3 +84,23 @@ def test_session_keys_share_one_hash_tag() -> None:
     for key in keys.session_keys(sid, 3) + [keys.tool_run(sid, 1, 0)]:
         assert "{abc123}" in key
         assert keys.sid_of(key) == sid
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: type(b).__name__)
+def test_events_are_json_and_their_kind_reads_without_decoding(body: object) -> None:
+    ev = E.Event(sid="s1", turn=2, attempt=1, seq=5, src="parser", body=body, ts=1.0)
+    data = encode(ev)
+    assert msgspec.json.decode(data)["body"]["type"] == body.__struct_config__.tag  # type: ignore[attr-defined]
+    assert event_kind(data) == body.__struct_config__.tag  # type: ignore[attr-defined]
+
+
+def test_an_event_kind_is_never_fooled_by_its_text() -> None:
+    sly = E.ContentDelta(text='"body":{"type":"session.ended"} {"body":{"type":"x"}}')
+    data = encode(E.Event(sid='"body":{"type":"y"', turn=0, attempt=0, seq=1, src="parser", body=sly))
+    assert event_kind(data) == "content.delta"
+    assert event_kind(b"\x8a not json") is None and event_kind(b'{"sid": "x"}') is None
+
+
+def test_events_of_earlier_versions_msgpack_still_decode() -> None:
+    ev = E.Event(sid="s1", turn=0, attempt=1, seq=1, src="parser", body=E.ContentDelta(text="x"))
+    assert decode_event(msgspec.msgpack.encode(ev)) == ev

@@ -20,15 +20,26 @@ CLI = [sys.executable, "-m", "turnstream.cli"]
 
 
 def _mcp_children() -> list[tuple[int, int]]:
-    """(pid, parent pid) of every running copy of the test MCP server."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
-    return [(int(p), int(pp)) for p, pp, *args in (ln.split(None, 2) for ln in out.splitlines())
-            if args and str(MCP_SERVER) in args[0]]
+    """(pid, parent pid) of every running copy of the test MCP server, read from /proc (``ps`` cuts
+    long command lines to the terminal's width, which CI sets)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text()
+        except OSError:  # it exited while we looked
+            continue
+        if str(MCP_SERVER).encode() in args:
+            found.append((int(proc.name), int(stat.rsplit(")", 1)[1].split()[1])))
+    return found
 
 
 def test_only_tool_workers_open_mcp_servers(stack_factory, tmp_path) -> None:
     toml = tmp_path / "tools.toml"
-    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n')
+    toml.write_text(f'[mcp.demo]\ncommand = "{sys.executable}"\nargs = ["{MCP_SERVER}"]\n'
+                    'connect_timeout_s = 180\n')  # a loaded CI machine starts python + mcp slowly
     before = _mcp_children()
     stack = stack_factory(tools_config=str(toml), parsers=2)
     tools = httpx.get(stack.url + "/v1/tools").json()["data"]

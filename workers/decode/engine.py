@@ -10,6 +10,8 @@ Contract of ``generate``:
     ``prompt_tokens`` and ``cached_tokens`` (prompt tokens whose KV was reused);
   * every delta's ``text`` is valid UTF-8 that never splits a character; special tokens
     are kept as text (the parser needs the markers);
+  * with ``req.constraint``, the completion follows its grammar (a text cut by ``max_tokens`` is
+    a prefix of a grammatical one);
   * the last delta has ``finished=True`` and a ``finish_reason`` in
     ``{"stop", "length", "abort"}``;
   * after it finishes, the session's KV stays cached; ``pin(session, seconds)`` protects it
@@ -20,7 +22,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from workers.decode.constraints import Constraint
 
 
 @dataclass(frozen=True)
@@ -34,8 +39,10 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
-    # Text the turn is forced to begin with (a tool call's opener, for tool_choice): engines put it
-    # after the generation prompt and generate what follows; their deltas do not repeat it.
+    # Text the turn is forced to begin with: engines put it after the generation prompt and generate
+    # what follows; their deltas do not repeat it.  (tool_choice no longer sets it: the request's
+    # constraint forces a call's opener token by token.)  With a constraint, the prefill is the
+    # grammar's first text (native, replay); vLLM refuses the pair.
     prefill: str = ""
 
     @classmethod
@@ -60,6 +67,10 @@ class GenerateRequest:
     continuation: bool = False  # a pinned prefix is expected; admitted ahead of new work
     turn: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)  # engine-specific extras (e.g. a replay script)
+    # What the completion may be (tool calls, JSON answer); every engine holds its text to it: the
+    # native engine masks each step, vLLM uses its structured outputs, the ReplayEngine refuses a
+    # script that breaks it.  None: unconstrained.
+    constraint: "Constraint | None" = None
 
 
 @dataclass(frozen=True)

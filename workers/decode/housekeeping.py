@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import redis.asyncio as aioredis
 
 from runtime import bus, routing
-from runtime.client_calls import expire_overdue
+from runtime.barrier import overdue_calls, unsent_in
+from runtime.client_calls import expire_calls
 from runtime.config import Config
 from runtime.turns import Turns
 from schemas import keys
@@ -46,13 +48,18 @@ class Housekeeping:
             log.info("decode %s: adopted %d jobs of dead decoder %s", self.me, len(rows), worker)
 
     async def sweep(self) -> None:
-        """Time out overdue client calls; re-complete turns that completed but were never continued."""
+        """Time out overdue client calls; re-complete turns that completed but were never continued.
+        Reads every active session's turn and barrier in two round trips, whatever their number."""
         if not await self.r.set(keys.SWEEP_LOCK, self.me, nx=True, px=int(self.cfg.sweep_after_s * 1000)):
             return
-        for sid_b in await self.r.zrange(keys.ACTIVE_SESSIONS, 0, -1):
-            sid = sid_b.decode()
-            turn = int(await self.turns.sessions.field(sid, "turn") or 0)
-            await expire_overdue(self.turns, sid, turn, self.cfg.client_tool_timeout_s)
-            if await self.turns.barrier.unsent(sid, turn, self.cfg.sweep_after_s):
+        sids = [s.decode() for s in await self.r.zrange(keys.ACTIVE_SESSIONS, 0, -1)]
+        turns = await self.turns.sessions.turns_of(sids)
+        states = await self.turns.barrier.states(list(zip(sids, turns, strict=True)))
+        now = time.time()
+        for sid, turn, state in zip(sids, turns, states, strict=True):
+            timeout_s = self.cfg.client_tool_timeout_s
+            if overdue := overdue_calls(state, now, timeout_s):
+                await expire_calls(self.turns, sid, turn, overdue, timeout_s)
+            if unsent_in(state, now, self.cfg.sweep_after_s):
                 log.info("sid=%s turn=%d sweep: completed turn was never continued", sid, turn)
                 await self.turns.complete(sid, turn)

@@ -5,8 +5,20 @@ a list of jinja2 templates, one per assistant turn), rendered with the tool resu
 precede the turn, then tokenised with a real tokenizer and streamed token by token at a
 fixed rate.  It lets the pipeline, the benchmarks and the tests run without model compute.
 
+A request's ``constraint`` is checked like a model's grammar would hold it: a script whose text
+breaks it (a call no tool offers, arguments off their schema, a call when none may begin) is
+refused with ``ReplayEngineError`` instead of being streamed.
+
+Two ways to pace the tokens (``mode``):
+
+* ``per_session`` (the default): every request runs its own timer, one token each ``1/rate`` s;
+* ``batched``: ONE timer steps every running request together, as a batching engine (the
+  native engine, vLLM) does: each step, ``rate`` times a second, gives one delta to every
+  running request; a request that arrives between steps joins at the next one.
+
 Template variables: ``results`` (contents of the tool messages that end the conversation),
-``user`` (the last user message), ``turn`` (index of this assistant turn).
+``user`` (the last user message), ``turn`` (index of this assistant turn), ``tools`` (names of
+the offered tools: a script that calls only what is offered, as a model under a grammar must).
 """
 
 from __future__ import annotations
@@ -14,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from tokenizers import Tokenizer
 
+from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import GenerateDelta, GenerateRequest
 
 NO_SCRIPT = "I have no scripted reply for this turn."
@@ -75,26 +89,64 @@ def _trailing_tool_results(messages: list[dict[str, Any]]) -> list[str]:
     return out[::-1]
 
 
+MODES = ("per_session", "batched")
+
+
+@dataclass
+class _Run:
+    """One request's scripted tokens and how far it got."""
+
+    rid: str
+    ids: list[int]
+    finish: str
+    prompt: int
+    detok: IncrementalDetokenizer
+    i: int = 0
+    out: asyncio.Queue[GenerateDelta] = field(default_factory=asyncio.Queue)  # batched mode only
+
+    def next_delta(self) -> GenerateDelta:
+        """The delta of the next token (or the empty ending of an empty completion)."""
+        if not self.ids:
+            return GenerateDelta("", 0, True, "stop", self.prompt, 0, 0)
+        text = self.detok.push(self.ids[self.i])
+        self.i += 1
+        last = self.i == len(self.ids)
+        return GenerateDelta(text, 1, last, self.finish if last else None, self.prompt, 0, self.i)
+
+    def aborted(self) -> GenerateDelta:
+        return GenerateDelta("", 0, True, "abort", self.prompt, 0, self.i)
+
+
 class ReplayEngine:
-    """Streams scripted completions through a real tokenizer at ``rate`` tokens/s."""
+    """Streams scripted completions through a real tokenizer at ``rate`` tokens/s (see ``mode``)."""
 
     name = "replay"
 
-    def __init__(self, model_dir: str | Path, rate: float = 50.0, script: list[str] | None = None) -> None:
+    def __init__(self, model_dir: str | Path, rate: float = 50.0, script: list[str] | None = None,
+                 mode: str = "per_session") -> None:
+        if mode not in MODES:
+            raise ReplayEngineError(f"mode: {mode!r}; expected one of {MODES}")
         self.model = str(model_dir)
         self.tok = load_tokenizer(model_dir)
-        self.rate = rate
+        self.rate, self.mode = rate, mode
         self.script = DEMO_SCRIPT if script is None else script
         self._env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
         self._aborted: set[str] = set()
         self._running = 0
+        self._batch: dict[str, _Run] = {}  # batched mode: the requests the next step serves
+        self._stepper: asyncio.Task | None = None
         self.tokens_out = 0
+        self._grammars: GrammarCompiler | None = None
+        self.steps = 0
+        self.cpu_s = 0.0  # CPU time spent making completions (render, tokenize, detokenize): the engine's own
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
-        return None
+        if self._stepper is not None:
+            self._stepper.cancel()
+            await asyncio.gather(self._stepper, return_exceptions=True)
 
     def completion(self, req: GenerateRequest) -> str:
         """The scripted completion text of this request's turn (what follows a forced prefill)."""
@@ -105,37 +157,106 @@ class ReplayEngine:
         user = next((str(m.get("content", "")) for m in reversed(req.messages) if m.get("role") == "user"), "")
         try:
             text = self._env.from_string(script[turn]).render(
-                results=_trailing_tool_results(req.messages), user=user, turn=turn)
+                results=_trailing_tool_results(req.messages), user=user, turn=turn,
+                tools=[(t.get("function") or t).get("name") for t in req.tools or ()])
         except jinja2.TemplateError as exc:
             raise ReplayEngineError(f"replay script turn {turn}: {exc}") from exc
         if not text.startswith(req.params.prefill):  # a model continues the prefill; a script must agree
             raise ReplayEngineError(f"replay script turn {turn} does not begin with the forced "
                                     f"{req.params.prefill[:40]!r}")
+        self._check_grammar(req, text, turn)
         return text[len(req.params.prefill):]
 
-    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
-        ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids
-        ids = ids[: req.params.max_tokens]
+    def _check_grammar(self, req: GenerateRequest, text: str, turn: int) -> None:
+        """Refuse a scripted turn that the request's constraint would not let a model write."""
+        if req.constraint is None:
+            return
+        if self._grammars is None:
+            eos = self.tok.token_to_id("<|im_end|>")
+            self._grammars = GrammarCompiler(self.tok.to_str(), [eos] if eos is not None else [])
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        limit = len(self.tok.encode(req.params.prefill, add_special_tokens=False).ids) + req.params.max_tokens
+        why = self._grammars.violation(req.constraint, ids[:limit], complete=len(ids) <= limit)  # a cut text: a prefix
+        if why is not None:
+            raise ReplayEngineError(f"replay script turn {turn} breaks the request's grammar "
+                                    f"({req.constraint.calls.value} calls, format {req.constraint.format}): {why}")
+
+    def _run(self, req: GenerateRequest) -> _Run:
+        t0 = time.thread_time()
+        ids = self.tok.encode(self.completion(req), add_special_tokens=False).ids[: req.params.max_tokens]
         finish = "length" if len(ids) == req.params.max_tokens else "stop"
         prompt = sum(len(str(m.get("content") or "")) for m in req.messages) // 4
-        detok = IncrementalDetokenizer(self.tok)
-        t0 = time.monotonic()
+        self.cpu_s += time.thread_time() - t0
+        return _Run(req.rid, ids, finish, prompt, IncrementalDetokenizer(self.tok))
+
+    def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        """The request's deltas, paced by ``mode`` (one async generator: no layer per token in between)."""
+        return self._timed(req) if self.mode == "per_session" else self._stepped(req)
+
+    def _begin(self, req: GenerateRequest) -> _Run:
+        run = self._run(req)
         self._running += 1
+        return run
+
+    def _done(self, run: _Run) -> None:
+        self._running -= 1
+        self._aborted.discard(run.rid)
+        self._batch.pop(run.rid, None)
+
+    async def _timed(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        """``per_session``: this request's own timer."""
+        run = self._begin(req)
         try:
-            for i, token_id in enumerate(ids):
-                if req.rid in self._aborted:
-                    yield GenerateDelta("", 0, True, "abort", prompt, 0, i)
+            t0 = time.monotonic()
+            while True:
+                if run.rid in self._aborted:
+                    yield run.aborted()
                     return
-                await asyncio.sleep(max(0.0, t0 + i / self.rate - time.monotonic()))
-                self.tokens_out += 1
-                text = detok.push(token_id)
-                last = i == len(ids) - 1
-                yield GenerateDelta(text, 1, last, finish if last else None, prompt, 0, i + 1)
-            if not ids:
-                yield GenerateDelta("", 0, True, "stop", prompt, 0, 0)
+                await asyncio.sleep(max(0.0, t0 + run.i / self.rate - time.monotonic()))
+                c0 = time.thread_time()
+                delta = run.next_delta()
+                self.cpu_s += time.thread_time() - c0
+                self.tokens_out += delta.n_tokens
+                yield delta
+                if delta.finished:
+                    return
         finally:
-            self._running -= 1
-            self._aborted.discard(req.rid)
+            self._done(run)
+
+    async def _stepped(self, req: GenerateRequest) -> AsyncIterator[GenerateDelta]:
+        """``batched``: join the shared step loop and take its deltas."""
+        run = self._begin(req)
+        try:
+            self._batch[run.rid] = run
+            if self._stepper is None or self._stepper.done():
+                self._stepper = asyncio.create_task(self._step_loop(), name="replay-steps")
+            while True:
+                delta = await run.out.get()
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            self._done(run)
+
+    async def _step_loop(self) -> None:
+        """Step every running request together, ``rate`` steps a second, until none is left."""
+        t0, k = time.monotonic(), 0
+        while self._batch:
+            k += 1
+            await asyncio.sleep(max(0.0, t0 + k / self.rate - time.monotonic()))
+            self.step()
+
+    def step(self) -> None:
+        """One engine step: one delta for every running request; finished ones leave the batch."""
+        t0 = time.thread_time()
+        self.steps += 1
+        for rid, run in list(self._batch.items()):
+            delta = run.aborted() if rid in self._aborted else run.next_delta()
+            self.tokens_out += delta.n_tokens
+            run.out.put_nowait(delta)
+            if delta.finished:
+                del self._batch[rid]
+        self.cpu_s += time.thread_time() - t0
 
     async def abort(self, rid: str) -> None:
         self._aborted.add(rid)
@@ -147,4 +268,5 @@ class ReplayEngine:
         return None
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": self.name, "running": self._running, "waiting": 0, "tokens_out": self.tokens_out}
+        return {"engine": self.name, "running": self._running, "waiting": 0, "tokens_out": self.tokens_out,
+                "mode": self.mode, "steps": self.steps, "cpu_s": round(self.cpu_s, 4)}

@@ -77,14 +77,16 @@ def build_tokenizer(vocab_size: int = 512) -> Tokenizer:
 def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int = 64, num_layers: int = 2,
                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
                      max_position_embeddings: int = 4096, vocab_size: int = 512, tie_word_embeddings: bool = True,
-                     rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0) -> Path:
-    """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``."""
+                     rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0,
+                     tokenizer: Tokenizer | None = None) -> Path:
+    """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``
+    (``tokenizer``: instead of the small trained one, e.g. ``build_large_tokenizer()``)."""
     import torch
     import transformers
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(vocab_size)
+    tok = tokenizer or build_tokenizer(vocab_size)
     tok.save(str(path / "tokenizer.json"))
     eos = tok.token_to_id("<|im_end|>")
     config_cls, model_cls = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
@@ -108,3 +110,46 @@ def _write_tokenizer_config(path: Path) -> None:
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
            "bos_token": None, "chat_template": CHAT_TEMPLATE, "model_max_length": 4096}
     (path / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+
+
+_PIECES = ("e t a o i n s r h l d c u m f p g w y b v k x j q z E T A O I N S R H L D C 0 1 2 3 4 5 6 7 8 9 "
+           "_ - . , : ; \" ' { } [ ] ( ) / \\ < > = + * ! ? @ # $ % & | ~ ^ é ü ç 中 文 日").split()
+
+
+def build_large_tokenizer(vocab_size: int = 150_000, seed: int = 0) -> Tokenizer:
+    """A byte-level BPE tokenizer with ``vocab_size`` tokens (like Qwen's ~150k), built without training.
+
+    The vocabulary is prefix-closed: each multi-byte token extends a shorter token by one piece,
+    and that pair is its merge, so every token is reachable and encoding works.  Tokens look
+    like a real vocabulary's: words with and without a leading space, digits, JSON punctuation.
+    """
+    import random
+
+    rng = random.Random(seed)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    for ch in alphabet:
+        vocab.setdefault(ch, len(vocab))
+    pieces = [_bytelevel(p) for p in _PIECES] + ["Ġ", "Ċ"]
+    for p in pieces:  # multi-byte characters: their byte pairs first
+        for k in range(2, len(p) + 1):
+            vocab.setdefault(p[:k], len(vocab))
+    merges: list[tuple[str, str]] = [(p[:k - 1], p[k - 1]) for p in pieces for k in range(2, len(p) + 1)]
+    grown = list(vocab)[len(SPECIAL_TOKENS):]
+    while len(vocab) < vocab_size - len(ADDED_TOKENS):
+        base, piece = rng.choice(grown[-20000:] if rng.random() < 0.7 else grown), rng.choice(pieces)
+        if base + piece not in vocab and len(base) < 24:
+            vocab[base + piece] = len(vocab)
+            merges.append((base, piece))
+            grown.append(base + piece)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    return tok
+
+
+def _bytelevel(text: str) -> str:
+    """``text`` in the byte-level alphabet (each UTF-8 byte as its printable stand-in)."""
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(text)[0][0]

@@ -21,9 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
-
 
 from runtime import bus, routing
 from runtime.session import Field, SessionInfo
@@ -31,6 +29,7 @@ from schemas import keys
 from schemas.codec import encode
 from schemas.events import Event, ParseTurn, TokenChunk, TokenEnd, TurnRestarted, TurnStarted
 from workers.decode.chunks import AbortCheck, Coalescer
+from workers.decode.constraints import turn_constraint
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 
 if TYPE_CHECKING:
@@ -50,12 +49,16 @@ class TurnRun:
         self.co = Coalescer(w.cfg.coalesce_tokens, w.cfg.coalesce_ms)
         self.last: GenerateDelta | None = None
         self.started = False  # TurnStarted published (with the first delta)
+        self.prefill = ""  # the forced start of the turn: it leads the first delta
 
     async def run(self) -> None:
         messages = await self.w.sessions.messages(self.sid)
         self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
-                                   continuation=self.continuation, turn=self.turn, metadata=self.info.meta)
+                                   continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
+                                   constraint=turn_constraint(self.w.cfg, self.info.tools, self.info.params,
+                                                              self.continuation))
+        self.prefill = self.req.params.prefill
         await self._announce()
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
@@ -76,12 +79,14 @@ class TurnRun:
         await pipe.execute()
 
     async def _stream(self) -> None:
-        gen = _with_prefill(self.w.engine.generate(self.req), self.req.params.prefill).__aiter__()
+        gen = self.w.engine.generate(self.req).__aiter__()
         abort = AbortCheck(self.w.engine, self.req, self.sid, self.turn)
         try:
             await self._pump(gen, abort)
         finally:
             await self._abandon(gen)
+            with contextlib.suppress(Exception):
+                await gen.aclose()
         last = self.last
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=self.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
@@ -117,6 +122,8 @@ class TurnRun:
 
     def _take(self, delta: GenerateDelta) -> None:
         self.w.tokens_out += delta.n_tokens
+        if self.prefill:  # the turn's text includes the forced prefill the engine continued
+            delta, self.prefill = dataclasses.replace(delta, text=self.prefill + delta.text), ""
         self.last = delta
         self.co.add(delta)
         self.parts.append(delta.text)
@@ -128,10 +135,11 @@ class TurnRun:
                                          worker=self.w.me, continuation=self.continuation))
 
     async def _write_chunk(self, abort: AbortCheck, now: float) -> None:
-        """XADD one token chunk; every ``interval_s`` also read the session status in the same round trip."""
-        text, n = self.co.take(now)
+        """XADD one token chunk; every ``interval_s`` also read the session status, both in the shared
+        round trip of every session's chunks (``Batcher``)."""
+        text, n, since = self.co.take(now)
         chunk = encode(TokenChunk(turn=self.turn, attempt=self.attempt, seq=self.seq, text=text, n_tokens=n,
-                                  t_emit=time.time()))
+                                  t_emit=since))
         self.seq += 1
         stream = keys.tokens(self.sid)
         if not abort.due(now):
@@ -142,13 +150,18 @@ class TurnRun:
         await abort.apply(status, turn)
 
     async def _write_and_check(self, stream: str, chunk: bytes) -> list:
-        """XADD the chunk and read the session's status and turn, in one round trip."""
-        pipe = self.w.r.pipeline(transaction=False)
-        pipe.xadd(stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)
-        pipe.hmget(keys.session(self.sid), "status", "turn")
-        return (await pipe.execute())[1]
+        """XADD the chunk and read the session's status and turn, both in the shared round trip."""
+        written = self.w.batcher.submit(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
+                                                               maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
+        status = self.w.batcher.submit(lambda pipe: pipe.hmget(keys.session(self.sid), "status", "turn"))
+        replies = await asyncio.gather(written, status, return_exceptions=True)  # both retrieved, always
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies[1]
 
     async def _through(self, call: Any) -> Any:
+        """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
         return await bus.through_outage(call, bus.OUTAGE_S, f"sid={self.sid} turn={self.turn}")
 
     async def _abandon(self, gen: Any) -> None:
@@ -157,8 +170,6 @@ class TurnRun:
             return
         with contextlib.suppress(Exception):
             await self.w.engine.abort(self.req.rid)
-        with contextlib.suppress(Exception):
-            await gen.aclose()
 
     async def _event(self, seq: int, body: Any) -> None:
         ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
@@ -166,14 +177,3 @@ class TurnRun:
         data = encode(ev)
         await self._through(lambda: self.w.sessions.publish_once(
             self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))
-
-
-async def _with_prefill(gen: AsyncIterator[GenerateDelta], prefill: str) -> AsyncIterator[GenerateDelta]:
-    """The engine's deltas, the first one led by the forced ``prefill``: the turn's text includes it."""
-    try:
-        async for delta in gen:
-            if prefill:
-                delta, prefill = dataclasses.replace(delta, text=prefill + delta.text), ""
-            yield delta
-    finally:
-        await gen.aclose()

@@ -8,6 +8,10 @@
         -> GenerateDelta(text, n_tokens, ..., prompt_tokens=len(ids), cached_tokens=num_cached_tokens)
       finished: SessionPrompts.remember(session, ids + completion ids)
 
+Constraints: a request's ``constraint`` becomes the same Lark grammar the native engine uses
+(``workers.decode.constraints``), handed to vLLM's structured outputs with its llguidance
+("guidance") backend, the default here.
+
 KV across turns: vLLM keeps freed prefix blocks in an LRU cache and cannot pin them, so
 ``pin``/``release`` only log.  A continuation hits that cache when its prompt ids start with
 the ids of the previous turn; rendering ``raw`` and reusing the remembered ids make them do
@@ -32,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import ConfigError
+from workers.decode.constraints.lark import to_lark
+from workers.decode.constraints.pieces import added_tokens
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
-from workers.decode.errors import EngineError, ModelLoadError
+from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 from workers.decode.prompts import SessionPrompts
 
 log = logging.getLogger(__name__)
@@ -43,7 +49,8 @@ log = logging.getLogger(__name__)
 # scheduling_policy "priority": continuations (priority 0) are admitted ahead of new
 # sessions (1), and new sessions are preempted first when KV runs out.
 _FIXED_ARGS = {"enable_prefix_caching": True}
-_DEFAULT_ARGS = {"disable_log_stats": True, "scheduling_policy": "priority"}
+_DEFAULT_ARGS = {"disable_log_stats": True, "scheduling_policy": "priority",
+                 "structured_outputs_config": {"backend": "guidance"}}  # our grammars are llguidance's Lark
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -86,6 +93,8 @@ class VllmEngine:
         self._template_tokenizer: Any = None
         self._load = _SchedulerLoad()
         self._abort_asked: dict[str, bool] = {}  # live request ids -> abort() was called
+        self._added: dict[str, int] = {}  # the tokenizer's added tokens, for constraints (set by start)
+        self.max_model_len: int | None = None  # vLLM's, once started
         self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
 
     @classmethod
@@ -105,7 +114,9 @@ class VllmEngine:
         args = AsyncEngineArgs(**self._engine_args(AsyncEngineArgs))
         self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: self._load])
         self._template_tokenizer = self.llm.get_tokenizer()
+        self._added = added_tokens((Path(self.config.model) / "tokenizer.json").read_text())
         self.prompts = SessionPrompts(_TextCodec(self._template_tokenizer), self.config.max_session_records)
+        self.max_model_len = self.llm.vllm_config.model_config.max_model_len
         cache = self.llm.vllm_config.cache_config
         self._load.block_size, self._load.total_blocks = cache.block_size, cache.num_gpu_blocks or 0
         log.info("vllm engine up: %s, %d blocks of %d tokens, prefix caching on; pins are not supported "
@@ -134,7 +145,7 @@ class VllmEngine:
         self._abort_asked[req.rid] = False
         try:
             ids, reused = await asyncio.to_thread(self._prompt_ids, req)
-            stream = self.llm.generate(_tokens_prompt(ids), _sampling(req.params), req.rid,
+            stream = self.llm.generate(_tokens_prompt(ids), _sampling(req.params, self._grammar(req)), req.rid,
                                        priority=0 if req.continuation else 1)
             async with contextlib.aclosing(stream):  # closing it early aborts the request in vLLM
                 completion: list[int] = []
@@ -150,12 +161,22 @@ class VllmEngine:
         finally:
             del self._abort_asked[req.rid]
 
+    def _grammar(self, req: GenerateRequest) -> str | None:
+        if req.constraint is None:
+            return None
+        if req.params.prefill:  # vLLM's grammar would start at the prefill's end: not expressible
+            raise EngineError("vllm: a forced prefill cannot be combined with a constraint")
+        return to_lark(req.constraint, self._added)
+
     def _prompt_ids(self, req: GenerateRequest) -> tuple[list[int], int]:
         text = self._template_tokenizer.apply_chat_template(
             template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True,
             tokenize=False) + req.params.prefill
         assert self.prompts is not None  # set by start()
-        return self.prompts.build(req.session, text)
+        ids, reused = self.prompts.build(req.session, text)
+        if self.max_model_len is not None and len(ids) >= self.max_model_len:
+            raise RequestTooLarge(f"prompt of {len(ids)} tokens; this engine fits at most {self.max_model_len - 1}")
+        return ids, reused
 
     def _delta(self, out: Any, n_prompt: int, completion: list[int]) -> GenerateDelta:
         o = out.outputs[0]
@@ -192,7 +213,8 @@ class VllmEngine:
 
     def stats(self) -> dict[str, Any]:
         """Load report: our live streams, vLLM's scheduler view, prefix hits over finished requests."""
-        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked), pinned_blocks=0,
+        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked),
+                    max_model_len=self.max_model_len, pinned_blocks=0,
                     pinned_sessions=0, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
                     prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens)
 
@@ -234,15 +256,17 @@ def _tokens_prompt(ids: list[int]) -> Any:
     return TokensPrompt(prompt_token_ids=ids)
 
 
-def _sampling(p: SamplingParams) -> Any:
-    """Our sampling parameters, one to one, streaming deltas with special tokens kept."""
+def _sampling(p: SamplingParams, grammar: str | None = None) -> Any:
+    """Our sampling parameters, one to one, streaming deltas with special tokens kept; ``grammar``
+    (llguidance Lark) goes to vLLM's structured outputs."""
     from vllm import SamplingParams as VllmSamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+    structured = StructuredOutputsParams(grammar=grammar) if grammar is not None else None
     return VllmSamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                               seed=p.seed, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
                               skip_special_tokens=False, spaces_between_special_tokens=False,
-                              output_kind=RequestOutputKind.DELTA)
+                              output_kind=RequestOutputKind.DELTA, structured_outputs=structured)
 
 
 class _TextCodec:

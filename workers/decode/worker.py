@@ -25,6 +25,7 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job
 from schemas.events import ContinueTurn, StartTurn, TurnParsed
 from workers.decode.engine import Engine
+from workers.decode.errors import RequestTooLarge
 from workers.decode.housekeeping import Housekeeping
 from workers.decode.kv_holds import KvHolds
 from workers.decode.turn import TurnRun
@@ -80,6 +81,14 @@ class DecodeWorker:
 
     # ------------------------------------------------------------------ jobs
     async def handle(self, entry: bus.Entry) -> Done:
+        try:
+            return await self._handle(entry)
+        except RequestTooLarge as exc:  # the conversation outgrew the context: the client's, not a poison job
+            log.warning("decode %s: %s %s refused: %s", self.me, entry.stream, entry.id, exc)
+            await self.turns.fail(entry, str(exc), code="context_length_exceeded")
+            return Done.ACK
+
+    async def _handle(self, entry: bus.Entry) -> Done:
         match decode_job(entry.data):
             case StartTurn(sid=sid, turn=turn):
                 return await self._turn(sid, turn, continuation=False)

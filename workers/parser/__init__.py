@@ -14,8 +14,8 @@ hashed from prefix and index).  ``FORMATS`` lists the format names; reasoning is
 
 from __future__ import annotations
 
-from workers.parser.registry import FORMATS, make_parser, parse_text
+from workers.parser.registry import FORMATS, make_parser, parse_text, tools_called
 from workers.parser.turn import InvalidCall, ParseContractError, ParsedCall, Turn, collect
 
 __all__ = ["FORMATS", "make_parser", "parse_text", "collect", "Turn", "ParsedCall", "InvalidCall",
-           "ParseContractError"]
+           "ParseContractError", "tools_called"]

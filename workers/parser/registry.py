@@ -63,3 +63,10 @@ def parse_text(name: str, text: str, tools: list[dict[str, Any]] | None = None, 
     """Parse a whole completion at once; equal to any streamed parse of the same text."""
     p = make_parser(name, tools=tools, reasoning=reasoning, call_id_prefix=call_id_prefix)
     return collect(p.feed(text) + p.finish())
+
+
+def tools_called(texts: list[str], fmt: str = "hermes") -> list[dict[str, Any]]:
+    """The tools some completions call, as OpenAI tool dicts taking any arguments: what a session
+    built around a replay script must offer (a request's grammar admits calls of offered tools only)."""
+    names = dict.fromkeys(c.name for text in texts for c in parse_text(fmt, text).calls)
+    return [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in names]

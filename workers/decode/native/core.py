@@ -16,8 +16,11 @@ from typing import Any
 import torch
 
 from runtime.config import ConfigError
+from workers.decode.constraints import ConstraintError
+from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.native.block_manager import BlockManager
 from workers.decode.native.config import EngineConfig
+from workers.decode.native.guided import Guide
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import DuplicateRequest, PromptError, RequestTooLarge
 from workers.decode.native.loader import ModelArgs
@@ -57,6 +60,8 @@ class EngineCore:
         self.pins = PinTable(int(config.pin_max_share * config.num_blocks), config.pin_default_s,
                              config.pin_max_s, clock)
         self.scheduler = Scheduler(config, self.blocks, self.pins, self._eos_ids(args))
+        self.grammars = GrammarCompiler(self.tokenizer.tokenizer.to_str(), sorted(self._eos_ids(args)))
+        self.guide = Guide(self.grammars.vocab_size)
         self.prompts = SessionPrompts(self.tokenizer, config.max_session_records)
         self.requests: dict[str, _Request] = {}
         self.max_total_tokens = min(self.max_model_len, config.num_blocks * config.block_size)
@@ -80,7 +85,7 @@ class EngineCore:
                                   f"{self.max_total_tokens - 1} (model length / KV pool)")
         seq = Sequence(rid=req.rid, session=req.session, token_ids=ids, params=req.params,
                        block_size=self.config.block_size, max_total_tokens=self.max_total_tokens,
-                       continuation=req.continuation, generator=self._generator(req))
+                       continuation=req.continuation, generator=self._generator(req), matcher=self._matcher(req))
         self.scheduler.add(seq)
         self.requests[req.rid] = _Request(seq, self.tokenizer.stream(req.params.stop))
         log.debug("session %s turn %d: queued %s, %d prompt tokens", req.session, req.turn, req.rid, len(ids))
@@ -119,9 +124,13 @@ class EngineCore:
         batch = self.scheduler.schedule()
         if not batch:
             return []
-        appended = self.scheduler.postprocess(batch, self.runner.run(batch))
+        appended = self.scheduler.postprocess(batch, self.runner.run(batch, self.guide))
         outputs = []
         for seq, token in appended:
+            if not self.guide.advance(seq, token):
+                log.error("session %s: %s sampled a token its grammar rejects (%s); stopping it", seq.session,
+                          seq.rid, seq.matcher.get_error())
+                self.scheduler.abort(seq)
             delta = self._on_token(self.requests[seq.rid], token)
             if delta is not None:
                 outputs.append((seq.rid, delta))
@@ -153,6 +162,7 @@ class EngineCore:
     def _on_finish(self, req: _Request) -> None:
         seq = req.seq
         self.requests.pop(seq.rid, None)
+        seq.matcher = None
         self.prompts.remember(seq.session, seq.token_ids, seq.num_prompt_tokens)
         log.debug("session %s: %s finished (%s), %d tokens", seq.session, seq.rid, seq.finish_reason,
                   seq.num_completion_tokens)
@@ -170,7 +180,8 @@ class EngineCore:
     def stats(self) -> dict[str, Any]:
         """Load report for heartbeats (plain ints, safe to read from another thread)."""
         s = self.scheduler
-        return dict(running=len(s.running), waiting=s.num_waiting, free_blocks=self.blocks.num_free,
+        return dict(running=len(s.running), waiting=s.num_waiting, max_model_len=self.max_total_tokens,
+                    free_blocks=self.blocks.num_free,
                     total_blocks=self.blocks.num_blocks, block_size=self.config.block_size,
                     pinned_blocks=self.pins.num_blocks, pinned_sessions=len(self.pins),
                     cached_blocks=self.blocks.num_cached, prefill_tokens_computed=s.prefill_tokens_computed,
@@ -187,6 +198,16 @@ class EngineCore:
             return None
         seed = req.params.seed if req.params.seed is not None else self._rng.getrandbits(63)
         return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _matcher(self, req: GenerateRequest) -> Any:
+        """A grammar matcher for a constrained request, past its forced prefill; None if unconstrained."""
+        if req.constraint is None:
+            return None
+        m = self.grammars.matcher(req.constraint)
+        prefill = self.grammars.tokenizer.tokenize_str(req.params.prefill, parse_special=True)
+        if prefill and not m.consume_tokens(prefill):
+            raise ConstraintError(f"the forced prefill {req.params.prefill[:40]!r} breaks the request's grammar")
+        return m
 
     def _eos_ids(self, args: ModelArgs) -> frozenset[int]:
         if self.config.ignore_eos:

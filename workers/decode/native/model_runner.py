@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from workers.decode.native.attention import AttnMeta, PrefillChunk, chunk_mask, length_mask
+from workers.decode.native.guided import Guide
 from workers.decode.native.models import CausalLM
 from workers.decode.native.sampling import sample
 from workers.decode.native.scheduler import ScheduledBatch
@@ -28,19 +29,23 @@ class ModelRunner:
             layer.self_attn.kv_cache = self.kv_cache[i]
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> list[int]:
-        """Compute the batch's chunks; return the sampled tokens in batch order."""
-        logits, seqs = self.forward(batch)
+    def run(self, batch: ScheduledBatch, guide: Guide | None = None) -> list[int]:
+        """Compute the batch's chunks; return the sampled tokens in batch order (grammar-masked)."""
+        logits, seqs = self.forward(batch, guide)
         if not seqs:
             return []
         return sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
 
     @torch.inference_mode()
-    def forward(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
+    def forward(self, batch: ScheduledBatch, guide: Guide | None = None) -> tuple[torch.Tensor, list[Sequence]]:
         """Logits [S, V] for the sequences that sample this step, and those sequences (batch order)."""
         input_ids, positions, meta, rows, seqs = self.prepare(batch)
+        masks = guide.start(seqs) if guide is not None else None  # filled while the model runs
         hidden = self.model(input_ids, positions, meta)
-        return self.model.logits(hidden[rows])[:, :self.vocab_limit], seqs
+        logits = self.model.logits(hidden[rows])[:, :self.vocab_limit]
+        if masks is not None:
+            masks.apply(logits)
+        return logits, seqs
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttnMeta, torch.Tensor,
                                                       list[Sequence]]:

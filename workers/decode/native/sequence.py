@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,6 +45,7 @@ class Sequence:
     max_total_tokens: int  # model length or pool capacity, whichever is smaller
     continuation: bool = False
     generator: torch.Generator | None = None
+    matcher: Any = None  # the grammar matcher of a constrained request (llguidance.LLMatcher)
     seq_id: int = field(default_factory=lambda: next(_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     num_prompt_tokens: int = 0

@@ -1,0 +1,99 @@
+"""Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+A Messages request is a oneshot session, as a chat completion is (``gateway.oneshot``): the
+conversation (``gateway.anthropic_plan``) becomes a new one-turn session whose tools are all
+client tools, and the session's events are translated into Anthropic's stream events or one
+message (``gateway.anthropic_format``).  The decoder finds the KV of an earlier request of the
+conversation by prefix, which is reported as ``usage.cache_read_input_tokens``.
+
+Streamed responses are ``event: <type>`` / ``data: <json>`` pairs; while nothing happens a
+``ping`` goes out every ``PING_S`` seconds; a failure after the response began is an
+``error`` event in Anthropic's error shape.  Clients authenticate with ``x-api-key`` or
+``Authorization: Bearer`` (``gateway.auth``); ``anthropic-version`` and ``anthropic-beta``
+headers and query strings such as Claude Code's ``?beta=true`` are accepted and ignored.
+Every error on these routes is in Anthropic's shape (``gateway.anthropic_errors``).
+
+``count_tokens`` renders the conversation exactly as the decoder will (the served model's own
+chat template, via ``runtime.chat_template``; the tokenizer is loaded once per process, on
+first use) and counts its tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
+from gateway.anthropic_format import MessageOptions, MessageStream
+from gateway.anthropic_plan import Prompt, plan_messages, prompt
+from gateway.errors import ApiError
+from gateway.oneshot import OneshotRun, offered, open_session
+from gateway.sessions import Caller
+from gateway.sse import EventStreamResponse
+from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
+
+router = APIRouter(tags=["anthropic"])
+PING_S = 10.0
+_json = msgspec.json.Encoder()
+
+
+@router.post("/v1/messages", response_model=None,
+             responses={200: {"content": {"text/event-stream": {}},
+                              "description": "a Message, or its stream events when stream=true"}})
+async def create_message(body: MessagesRequest, request: Request, who: Caller) -> JSONResponse | EventStreamResponse:
+    """Anthropic Messages (streamed and not); tool calls are returned as tool_use blocks."""
+    state = request.app.state
+    plan = plan_messages(state.cfg, body)
+    sid, sub = await open_session(state, who, plan)
+    stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
+                                          plan.parallel, plan.thinking, tools=offered(plan)))
+    run = OneshotRun(state, sub, sid, stream)
+    if body.stream:
+        return EventStreamResponse(_events(run, request.url.path), abort=sub.ended)
+    err = await run.collect(request)
+    return err.response(request.url.path) if err else JSONResponse(stream.message())
+
+
+def sse(event: dict[str, Any]) -> bytes:
+    """One stream event as Anthropic frames it: its type as the SSE event name, then the JSON."""
+    return b"event: " + event["type"].encode() + b"\ndata: " + _json.encode(event) + b"\n\n"
+
+
+async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
+    body = run.stream(sse, lambda err: sse(err.body(path)), idle_s=PING_S, idle=sse({"type": "ping"}))
+    async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
+        async for data in body:
+            yield data
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request, who: Caller) -> dict[str, int]:
+    """The prompt tokens a Messages request with this conversation, system prompt and tools would use."""
+    state = request.app.state
+    p = prompt(state.cfg, body)
+    tokenizer = await _tokenizer(state)
+    try:
+        return {"input_tokens": await asyncio.to_thread(_count, tokenizer, p)}
+    except PromptError as exc:
+        raise ApiError(400, str(exc), code="invalid_value") from None
+
+
+def _count(tokenizer: ChatTokenizer, p: Prompt) -> int:
+    return len(tokenizer.encode(tokenizer.render(p.messages, p.tools or None, add_generation_prompt=True)))
+
+
+async def _tokenizer(state: Any) -> ChatTokenizer:
+    """The served model's tokenizer and chat template, loaded on first use (once per process)."""
+    if getattr(state, "chat_tokenizer", None) is None:
+        try:
+            state.chat_tokenizer = await asyncio.to_thread(ChatTokenizer.from_dir, state.cfg.model)
+        except (ModelFilesError, OSError, ValueError) as exc:
+            raise ApiError(501, f"count_tokens is unavailable: the gateway cannot read the model's tokenizer "
+                                f"({exc})", type="server_error", code="tokenizer_unavailable") from None
+    return state.chat_tokenizer

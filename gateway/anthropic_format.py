@@ -1,0 +1,181 @@
+"""Session events -> Anthropic Messages stream events and message (pure: no I/O).
+
+``MessageStream`` is a translator over the same core as chat completions: a
+``gateway.openai_format.ChatStream`` (tool_choice filtering, parallel calls, seamless
+regenerated turns, usage) turns events into deltas, and this module groups those deltas into
+Anthropic's content blocks and events, exactly as the ``anthropic`` package's types have them:
+
+    message_start      {"message": {"id", "type": "message", "role": "assistant", "model",
+                                    "content": [], "stop_reason": null, "stop_sequence": null, "usage"}}
+    ping
+    content_block_start {"index", "content_block": {"type": "text", "text": ""}
+                                                 | {"type": "thinking", "thinking": "", "signature": ""}
+                                                 | {"type": "tool_use", "id", "name", "input": {}}}
+    content_block_delta {"index", "delta": text_delta {"text"} | thinking_delta {"thinking"}
+                                           | input_json_delta {"partial_json"}}
+    content_block_stop  {"index"}
+    message_delta      {"delta": {"stop_reason", "stop_sequence": null}, "usage": cumulative counts}
+    message_stop
+
+``message_start`` goes out when the decoder admits the turn (``turn.started``: its prompt
+counts are real), or with the first output if that came first.  Blocks follow each other:
+a new kind of output closes the open block.  Whitespace-only text between blocks (the
+newlines a model writes around its calls) opens no block of its own.  Reasoning becomes
+thinking blocks only when the request asked for thinking (``MessageOptions.thinking``).
+
+``stop_reason``: ``max_tokens`` when cut off, ``tool_use`` when calls are returned, else
+``end_turn``.  Usage: ``input_tokens`` are the prompt tokens not read from the KV cache,
+``cache_read_input_tokens`` the ones that were (the session's prefix reuse),
+``cache_creation_input_tokens`` is 0.  ``message()`` is the non-streamed ``Message``, built
+from the same blocks, so both modes return the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.openai_format import ChatOptions, ChatStream, Diverged
+from schemas.events import Event, TurnStarted
+
+
+@dataclass(frozen=True)
+class MessageOptions:
+    message_id: str
+    model: str
+    tool_id_base: str  # returned tool_use ids are tool_id_base + output index
+    offer_tools: bool = True
+    named: str | None = None
+    parallel: bool = True
+    thinking: bool = False
+    tools: frozenset[str] = frozenset()  # the offered tools: calls of any other are never returned
+
+
+class MessageStream:
+    """The stream events of one Messages response (see the module doc)."""
+
+    def __init__(self, opts: MessageOptions) -> None:
+        self.opts = opts
+        self.chat = ChatStream(ChatOptions(opts.message_id, opts.model, 0, opts.tool_id_base, opts.offer_tools,
+                                           opts.named, opts.parallel, tools=opts.tools))
+        self.blocks: list[dict[str, Any]] = []  # content blocks as streamed; tool_use input as its JSON text
+        self.open: int | None = None  # index of the open block
+        self._calls: dict[int, int] = {}  # returned call index -> block index
+        self._space = ""  # whitespace held back while no text block is open
+        self.started = False
+
+    @property
+    def ended(self) -> bool:
+        return self.chat.ended
+
+    # ------------------------------------------------------------------ events in
+    def feed(self, ev: Event) -> list[dict[str, Any]]:
+        """Stream events for one session event (often none).  Raises UpstreamError or Diverged."""
+        chunks = self.chat.feed(ev)
+        out = self._start() if not self.started and (chunks or isinstance(ev.body, TurnStarted)) else []
+        for chunk in chunks:
+            out += self._delta(chunk["choices"][0]["delta"])
+        return out
+
+    def _start(self) -> list[dict[str, Any]]:
+        self.started = True
+        message = {"id": self.opts.message_id, "type": "message", "role": "assistant", "model": self.opts.model,
+                   "content": [], "stop_reason": None, "stop_sequence": None, "usage": self.usage(output=False)}
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]
+
+    def _delta(self, d: dict[str, Any]) -> list[dict[str, Any]]:
+        if d.get("content"):
+            return self._text(d["content"])
+        if d.get("reasoning_content") and self.opts.thinking:
+            return self._open("thinking") + [self._block_delta({"type": "thinking_delta",
+                                                                 "thinking": d["reasoning_content"]})]
+        if d.get("tool_calls"):
+            call = d["tool_calls"][0]
+            return self._call(call) if "id" in call else self._args(call)
+        return []
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        if self._kind() != "text":
+            if not text.strip():
+                self._space += text
+                return []
+            text, self._space = self._space + text, ""
+        return self._open("text") + [self._block_delta({"type": "text_delta", "text": text})]
+
+    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        self._space = ""
+        out = self._close()
+        self._calls[call["index"]] = len(self.blocks)
+        fn = call["function"]
+        return out + self._begin({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": {}})
+
+    def _args(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        at = self._calls.get(call["index"])
+        if at is None or at != self.open:
+            raise Diverged("regenerated arguments of a call whose block was closed")
+        return [self._block_delta({"type": "input_json_delta", "partial_json": call["function"]["arguments"]})]
+
+    # ------------------------------------------------------------------ blocks
+    def _kind(self) -> str | None:
+        return None if self.open is None else self.blocks[self.open]["type"]
+
+    def _open(self, kind: str) -> list[dict[str, Any]]:
+        if self._kind() == kind:
+            return []
+        empty = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""}}
+        return self._close() + self._begin(empty[kind])
+
+    def _begin(self, block: dict[str, Any]) -> list[dict[str, Any]]:
+        self.open = len(self.blocks)
+        self.blocks.append({**block, "input": ""} if block["type"] == "tool_use" else dict(block))
+        return [{"type": "content_block_start", "index": self.open, "content_block": block}]
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self.open is None:
+            return []
+        index, self.open = self.open, None
+        return [{"type": "content_block_stop", "index": index}]
+
+    def _block_delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        block = self.blocks[self.open]  # type: ignore[index]
+        field, value = next((k, v) for k, v in delta.items() if k != "type")
+        block[{"partial_json": "input"}.get(field, field)] += value
+        return {"type": "content_block_delta", "index": self.open, "delta": delta}
+
+    # ------------------------------------------------------------------ the end
+    def stop_reason(self) -> str:
+        if self.chat.finish_reason == "length":
+            return "max_tokens"
+        return "tool_use" if self.chat.calls else "end_turn"
+
+    def usage(self, output: bool = True) -> dict[str, Any]:
+        u = self.chat.usage
+        return {"input_tokens": max(0, u["prompt_tokens"] - u["cached_tokens"]), "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": u["cached_tokens"],
+                "output_tokens": u["completion_tokens"] if output else 0}
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The closing events: the open block's stop, ``message_delta``, ``message_stop``."""
+        out = [] if self.started else self._start()
+        out += self._close()
+        return out + [{"type": "message_delta", "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
+                       "usage": self.usage()},
+                      {"type": "message_stop"}]
+
+    def message(self) -> dict[str, Any]:
+        """The non-streamed ``Message`` (the same blocks the events assemble to)."""
+        content = [_final(b) for b in self.blocks]
+        return {"id": self.opts.message_id, "type": "message", "role": "assistant", "model": self.opts.model,
+                "content": content, "stop_reason": self.stop_reason(), "stop_sequence": None, "usage": self.usage()}
+
+
+def _final(block: dict[str, Any]) -> dict[str, Any]:
+    """A streamed block as it appears in a whole message: a tool_use's input as an object."""
+    if block["type"] != "tool_use":
+        return block
+    try:
+        parsed = json.loads(block["input"] or "{}")
+    except json.JSONDecodeError:
+        parsed = {}  # cut off by max_tokens: the stream had only part of it
+    return {**block, "input": parsed if isinstance(parsed, dict) else {}}

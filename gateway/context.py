@@ -1,0 +1,136 @@
+"""Whether a prompt fits the model's context, checked before anything is queued.
+
+The limit is a decoder fact: each decoder's heartbeat (``ts:decode:hb:{worker}``, JSON) carries
+its engine's ``max_model_len`` -- the most tokens, prompt and completion together, one request
+can hold there (none for the ReplayEngine, which computes nothing).  Any live decoder may take a
+new turn, so the gateway uses the smallest limit among them, re-read at most every
+``LIMIT_TTL_S`` (the live decoders are the fields of ``ts:decode:load``: one HKEYS and one MGET).
+
+A prompt is measured as the decoders measure it: the served model's own chat template
+(``runtime.chat_template``, loaded once per process, on first use) rendered with the tools and
+the forced opener, then tokenised, in a thread.  With no limit known (no live decoder reports
+one) nothing is measured; a decoder that still gets a prompt it cannot hold ends the session
+with an ``error`` event, code ``context_length_exceeded``.
+
+    prompt >= limit                              -> 400 context_length_exceeded
+    prompt + max_tokens > limit, max_tokens sent -> 400 context_length_exceeded
+    otherwise                                    -> max_tokens, lowered to the room left when not sent
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.errors import ApiError
+from runtime import bus
+from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
+from schemas import keys
+
+log = logging.getLogger(__name__)
+LIMIT_TTL_S = 2.0
+
+
+class DecoderLimits:
+    """The smallest ``max_model_len`` among the live decoders (None: none reports one), cached."""
+
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+        self._value: int | None = None
+        self._read_at = -math.inf
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> int | None:
+        async with self._lock:  # one reader refreshes; the others wait for its answer
+            if time.monotonic() - self._read_at >= LIMIT_TTL_S:
+                self._value = await self._read()
+                self._read_at = time.monotonic()
+        return self._value
+
+    async def _read(self) -> int | None:
+        workers = [w.decode() for w in await self.r.hkeys(keys.DECODE_LOAD)]
+        beats = await bus.get_each(self.r, [keys.decoder_heartbeat(w) for w in workers])  # keys of many slots
+        limits = [_limit(b) for b in beats if b]
+        return min((n for n in limits if n), default=None)
+
+
+def _limit(beat: bytes) -> int | None:
+    try:
+        value = json.loads(beat).get("max_model_len")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class PromptMeter:
+    """Prompt tokens as the decoders count them (None when the model has no tokenizer here)."""
+
+    def __init__(self, model_dir: str) -> None:
+        self.model_dir = model_dir
+        self._tokenizer: ChatTokenizer | None = None
+        self._unavailable = False
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "") -> int | None:
+        """Tokens of the rendered prompt; raises ``PromptError`` when the template rejects it."""
+        tok = self._load()
+        if tok is None:
+            return None
+        try:
+            text = tok.render(messages, tools or None, add_generation_prompt=True)
+        except PromptError:
+            raise
+        except Exception as exc:  # the model's template, run over the client's conversation, may raise anything
+            raise PromptError(f"the chat template cannot render the conversation: {exc}") from exc
+        return len(tok.encode(text + prefill))
+
+    def _load(self) -> ChatTokenizer | None:
+        if self._tokenizer is None and not self._unavailable:
+            try:
+                self._tokenizer = ChatTokenizer.from_dir(self.model_dir)
+            except (ModelFilesError, OSError, ValueError) as exc:
+                self._unavailable = True
+                log.warning("gateway: cannot load the tokenizer of %s (%s); prompt lengths are not checked",
+                            self.model_dir, exc)
+        return self._tokenizer
+
+
+class ContextCheck:
+    """``fits``: the gate every route that starts a turn passes (see the module doc)."""
+
+    def __init__(self, r: aioredis.Redis, model_dir: str) -> None:
+        self.limits, self.meter = DecoderLimits(r), PromptMeter(model_dir)
+        self._meter_lock = asyncio.Lock()  # one thread renders at a time; the first loads the tokenizer
+
+    async def fits(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int,
+                   sent: bool, prefill: str = "") -> int:
+        """The max_tokens to run with; a 400 ApiError when the request cannot fit the context."""
+        limit = await self.limits.get()
+        if limit is None:
+            return max_tokens
+        try:
+            async with self._meter_lock:
+                n = await asyncio.to_thread(self.meter.count, messages, tools, prefill)
+        except PromptError as exc:
+            raise ApiError(400, f"messages: {exc}", param="messages", code="invalid_prompt") from None
+        if n is None:
+            return max_tokens
+        if n >= limit or (sent and n + max_tokens > limit):
+            raise too_long(limit, n, max_tokens if sent else None)
+        return min(max_tokens, limit - n)
+
+
+def too_long(limit: int, prompt: int, completion: int | None) -> ApiError:
+    """OpenAI's ``context_length_exceeded`` error."""
+    if completion is None:
+        what = f"your messages resulted in {prompt} tokens. Please reduce the length of the messages."
+    else:
+        what = (f"you requested {prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+                "completion). Please reduce the length of the messages or completion.")
+    return ApiError(400, f"This model's maximum context length is {limit} tokens. However, {what}",
+                    param="messages", code="context_length_exceeded")

@@ -1,0 +1,161 @@
+"""Every format's grammar against its parser: what the grammar accepts parses to valid calls.
+
+Each format gets a call in its native syntax (as the parser's own cases write it).  The
+grammar, compiled for a tokenizer that has the format's markers as added tokens (as real
+models do) and for one that spells them as text, must accept that call under ``required``
+and ``auto``, and the parser must read it back as the same call; an unoffered name, arguments
+that break the schema, and (with no tools) the call itself must be refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import jsonschema
+import pytest
+from tokenizers import AddedToken, Tokenizer
+
+from workers.decode.constraints import Calls, constraint_for
+from workers.decode.constraints.formats import FORMATS
+from workers.decode.constraints.guide import GrammarCompiler
+from workers.decode.synthetic import build_tokenizer
+from workers.parser import parse_text
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                           "unit": {"type": "string", "enum": ["c", "f"]}},
+          "required": ["city", "days"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+ARGS = {"city": "Paris", "days": 3, "unit": "c"}
+
+# format -> (a valid call of get_weather with ARGS, markers that real tokenizers have as added tokens)
+CALLS: dict[str, tuple[str, list[str]]] = {
+    "hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "c"}}\n'
+               '</tool_call>', ["<tool_call>", "</tool_call>"]),
+    "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+                    "</parameter>\n<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>",
+                    ["<tool_call>", "</tool_call>"]),
+    "minimax_m2": ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                   '<parameter name="days">3</parameter>\n<parameter name="unit">c</parameter>\n</invoke>\n'
+                   "</minimax:tool_call>", ["<minimax:tool_call>", "</minimax:tool_call>"]),
+    "glm45": ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+              "<arg_value>3</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n</tool_call>",
+              ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]),
+    "llama3_json": ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 3, "unit": "c"}}', []),
+    "pythonic": ("[get_weather(city='Paris', days=3, unit='c')]", []),
+    "mistral": ('[TOOL_CALLS]get_weather{"city": "Paris", "days": 3, "unit": "c"}', ["[TOOL_CALLS]"]),
+    "kimi_k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+                '{"city": "Paris", "days": 3, "unit": "c"}<|tool_call_end|><|tool_calls_section_end|>',
+                ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                 "<|tool_call_end|>", "<|tool_calls_section_end|>"]),
+    "deepseek_v3": ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+                    '{"city": "Paris", "days": 3, "unit": "c"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+                    ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                     "<｜tool▁calls▁end｜>"]),
+    "deepseek_v31": ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3, '
+                     '"unit": "c"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+                     ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                      "<｜tool▁calls▁end｜>"]),
+    "harmony": ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3, '
+                '"unit": "c"}<|call|>', ["<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|end|>",
+                                          "<|start|>"]),
+}
+
+
+def test_every_grammar_format_has_a_case() -> None:
+    assert set(CALLS) == set(FORMATS)
+
+
+@functools.cache
+def compiler(markers: tuple[str, ...]) -> tuple[GrammarCompiler, Tokenizer]:
+    tok = build_tokenizer(512)
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    return GrammarCompiler(tok.to_str(), [tok.token_to_id("<|im_end|>")]), tok
+
+
+def cases() -> list[tuple[str, bool]]:
+    return [(fmt, as_tokens) for fmt in CALLS for as_tokens in (True, False) if as_tokens or fmt != "harmony"]
+
+
+def violation(fmt: str, as_tokens: bool, params: dict, text: str, tools: list | None = TOOLS) -> str | None:
+    markers = tuple(CALLS[fmt][1]) if as_tokens else ()
+    comp, tok = compiler(markers)
+    c = constraint_for(fmt, None, tools, params)
+    return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize("fmt,as_tokens", cases())
+def test_a_valid_call_is_accepted_and_parses_to_itself(fmt: str, as_tokens: bool) -> None:
+    text = CALLS[fmt][0]
+    for params in ({"tool_choice": "required"}, {}, {"tool_choice": {"name": "get_weather"}}):
+        assert violation(fmt, as_tokens, params, text) is None, params
+    turn = parse_text(fmt, text, tools=TOOLS)
+    assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [("get_weather", ARGS)]
+    jsonschema.validate(json.loads(turn.calls[0].arguments), SCHEMA)
+
+
+@pytest.mark.parametrize("fmt,as_tokens", cases())
+def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
+    text = CALLS[fmt][0].replace("get_weather", "book_table")
+    assert violation(fmt, as_tokens, {"tool_choice": "required"}, text) is not None
+    assert violation(fmt, as_tokens, {}, text) is not None  # auto: the call is held to the offered tools
+    named = CALLS[fmt][0]
+    assert violation(fmt, as_tokens, {"tool_choice": {"name": "get_time"}}, named) is not None
+
+
+_BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
+             "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<")}
+
+
+@pytest.mark.parametrize("fmt,as_tokens", cases())
+def test_arguments_that_break_the_schema_are_refused(fmt: str, as_tokens: bool) -> None:
+    old, new = _BAD_DAYS.get(fmt, ('"days": 3', '"days": "three"'))  # an integer written as a word
+    bad = CALLS[fmt][0].replace(old, new)
+    assert bad != CALLS[fmt][0]
+    assert violation(fmt, as_tokens, {"tool_choice": "required"}, bad) is not None
+    assert violation(fmt, as_tokens, {}, "I will look. " + bad) is not None  # auto holds the arguments too
+
+
+@pytest.mark.parametrize("fmt,as_tokens", cases())
+def test_without_tools_no_call_can_begin(fmt: str, as_tokens: bool) -> None:
+    text = "Sure, let me check. " + CALLS[fmt][0]
+    assert violation(fmt, as_tokens, {}, text, tools=[]) is not None
+    assert violation(fmt, as_tokens, {"tool_choice": "none"}, text) is not None
+    if fmt != "harmony":  # harmony's plain answer is a final-channel message
+        assert violation(fmt, as_tokens, {}, "Sure, the sea is wide [1, 2] {\"a\": 1}.", tools=[]) is None
+
+
+@pytest.mark.parametrize("fmt,as_tokens", [c for c in cases() if c[0] != "harmony"])
+def test_auto_lets_text_come_before_and_after_a_call(fmt: str, as_tokens: bool) -> None:
+    text = "Let me check [1, 2]. " + CALLS[fmt][0]
+    assert violation(fmt, as_tokens, {}, text) is None
+    assert parse_text(fmt, text, tools=TOOLS).calls[0].name == "get_weather"
+    assert violation(fmt, as_tokens, {"tool_choice": "required"}, text) is not None  # required: calls only
+
+
+def test_required_constraint_shape() -> None:
+    c = constraint_for("hermes", None, TOOLS, {"tool_choice": {"type": "function", "function": {"name": "get_time"}}})
+    assert c.calls is Calls.REQUIRED and [t.name for t in c.tools] == ["get_time"]
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> None:
+    markers = ("<tool_call>", "</tool_call>", "<think>", "</think>") if as_tokens else ()
+    comp, tok = compiler(markers)
+    call = CALLS["hermes"][0]
+
+    def violation_of(reasoning: str, params: dict, text: str, tools: list = TOOLS) -> str | None:
+        c = constraint_for("hermes", reasoning, tools, params)
+        return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
+
+    thought = "<think>The user wants the weather; I call get_weather.</think>\n\n"
+    assert violation_of("think", {"tool_choice": "required"}, thought + call) is None
+    assert violation_of("think", {"tool_choice": "required"}, call) is None  # the span is optional
+    assert violation_of("think", {"tool_choice": "required"}, thought + "It is sunny.") is not None
+    assert violation_of("think_forced", {"tool_choice": "required"}, thought.removeprefix("<think>") + call) is None
+    assert violation_of("think", {}, thought + "No call needed.", tools=[]) is None
+    assert violation_of("think", {}, thought + call, tools=[]) is not None
+    inside = "<think>Let me call " + call + " now.</think>\n"  # the parser would read that as a call
+    assert violation_of("think", {"tool_choice": "none"}, inside + "Done.") is not None
+    assert violation_of("think", {}, inside.replace("get_weather", "book_table") + call) is not None

@@ -1,0 +1,93 @@
+"""Tool definitions as clients send them: a function without ``parameters`` is a function with
+no arguments, a bare function is a session's client tool, and a ``parameters`` schema is a
+400 (never a 500) when it is nested too deeply, too large, or refers to nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from gateway_harness import MODEL, GwStack
+
+from gateway.bodies import ChatRequest, CreateSession
+from gateway.tool_schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
+from runtime.chat_template import ChatTokenizer
+from runtime.config import DEFAULT_MODEL_DIR
+
+GATEWAY_KINDS = ("gateway",)  # every refusal here happens before a turn is queued
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def http(gw: GwStack):
+    with httpx.Client(base_url=gw.url, timeout=10) as client:
+        yield client
+
+
+def fn(parameters: Any = None, name: str = "f") -> dict[str, Any]:
+    function = {"name": name} if parameters is None else {"name": name, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """A schema whose JSON nests exactly ``depth`` containers (two per property level)."""
+    schema: dict[str, Any] = {"type": "string"}
+    levels = 1
+    while levels + 2 <= depth:
+        schema, levels = {"type": "object", "properties": {"a": schema}}, levels + 2
+    return {"not": schema} if levels < depth else schema
+
+
+def test_a_function_without_parameters_is_a_function_with_no_arguments() -> None:
+    request = ChatRequest.model_validate({"model": MODEL, "messages": USER, "tools": [fn()]})
+    tool = request.tools[0].as_dict()
+    assert tool["function"]["parameters"] == {"type": "object", "properties": {}}
+    prompt = ChatTokenizer.from_dir(DEFAULT_MODEL_DIR).render(USER, [tool])  # the bundled model's template
+    assert "f()" in prompt
+
+
+def test_a_bare_function_is_a_sessions_client_tool(http: httpx.Client) -> None:
+    bare = {"name": "lookup_order", "description": "Find an order", "parameters": {"type": "object"}}
+    assert CreateSession.model_validate({"messages": USER, "tools": [bare]}).tools[0].function.name == "lookup_order"
+    resp = http.post("/v1/sessions", json={"messages": USER, "tools": [bare, fn()]})
+    assert resp.status_code == 201, resp.text
+    session = http.get(f"/v1/sessions/{resp.json()['id']}").json()
+    assert session["tools"] == session["client_tools"] == ["lookup_order", "f"]
+
+
+def refusal(http: httpx.Client, parameters: Any) -> list[dict[str, Any]]:
+    """The error of each route for a tool with these ``parameters`` (asserting both are 400s)."""
+    out = []
+    for path, body in (("/v1/sessions", {"messages": USER}), ("/v1/chat/completions", {"model": MODEL, "messages": USER})):
+        resp = http.post(path, json={**body, "tools": [fn(parameters)]})
+        assert resp.status_code == 400, (path, resp.text)
+        out.append(resp.json()["error"])
+    return out
+
+
+def accepted(http: httpx.Client, parameters: Any) -> None:
+    resp = http.post("/v1/sessions", json={"messages": USER, "tools": [fn(parameters)]})
+    assert resp.status_code == 201, resp.text
+
+
+def test_a_schema_nested_too_deeply_is_a_400_on_both_routes(http: httpx.Client) -> None:
+    accepted(http, nested(MAX_SCHEMA_DEPTH))
+    for depth in (MAX_SCHEMA_DEPTH + 1, 200, 400):
+        for err in refusal(http, nested(depth)):
+            assert err["param"] == "tools[0].function.parameters" and "deep" in err["message"], err
+
+
+def test_a_schema_too_large_is_a_400(http: httpx.Client) -> None:
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(MAX_SCHEMA_NODES)}}
+    for err in refusal(http, wide):
+        assert err["param"] == "tools[0].function.parameters" and "large" in err["message"], err
+
+
+def test_a_ref_that_resolves_nowhere_is_a_400(http: httpx.Client) -> None:
+    accepted(http, {"type": "object", "properties": {"at": {"$ref": "#/$defs/place"}},
+                    "$defs": {"place": {"type": "string"}}})
+    accepted(http, {"type": "object", "properties": {"tree": {"$ref": "#"}}})  # recursive, but resolves
+    for ref in ("#/$defs/nope", "#/properties/x", "other.json", "https://example.com/schema.json"):
+        for err in refusal(http, {"type": "object", "properties": {"at": {"$ref": ref}}}):
+            assert err["param"] == "tools[0].function.parameters" and ref in err["message"], err

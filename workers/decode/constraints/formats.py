@@ -1,0 +1,79 @@
+"""Each format's call syntax as grammar pieces (the same syntax ``workers/parser/formats`` reads).
+
+A section of calls is::
+
+    section_open  call_open(name) ARGS call_close  [joiner call_open(name) ARGS call_close ...]  section_close
+
+Pieces are plain strings; the grammar builder (``lark.py``) writes a piece that is one of the
+tokenizer's added tokens as that token and everything else as text.  ``ARGS`` is the
+arguments' JSON (``%json`` of the tool's schema) or, for the XML-style formats, one element per
+parameter (``params``: open, close, trim of the value).  ``opener_re`` matches the text that
+makes the parser start a call (any name); free text never contains it, so a call cannot begin
+outside the grammar's call rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAME = "\x00"  # stands for the tool's name in call_open
+
+
+@dataclass(frozen=True)
+class Params:
+    """XML-style parameters: ``open(key) value close`` each, values typed by the schema."""
+
+    open: str  # with NAME standing for the parameter's key
+    close: str
+
+
+@dataclass(frozen=True)
+class Syntax:
+    call_open: tuple[str, ...]
+    call_close: tuple[str, ...]
+    opener_re: str
+    section_open: tuple[str, ...] = ()
+    section_close: tuple[str, ...] = ()
+    joiner: tuple[str, ...] = ()
+    params: Params | None = None  # the XML-style parameter tags (args == "xml")
+    args: str = "json"  # "json" | "xml" | "python" (see args.py)
+    index: bool = False  # kimi_k2: a call index follows the name
+
+
+_DS_CALL, _DS_SEP, _DS_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+_DS_RE = r"<｜tool▁calls?▁begin｜>"
+_KIMI_RE = r"<\|tool_calls?_section_begin\|>|<\|tool_call_begin\|>"
+
+SYNTAX: dict[str, Syntax] = {
+    "hermes": Syntax(("<tool_call>", '\n{"name": "' + NAME + '", "arguments": '), ("}\n", "</tool_call>"),
+                     "<tool_call>", joiner=("\n",)),
+    "qwen3_coder": Syntax(("<tool_call>", "\n<function=" + NAME + ">\n"), ("</function>\n", "</tool_call>"),
+                          r"<tool_call>|<function=", joiner=("\n",),
+                          args="xml", params=Params("<parameter=" + NAME + ">\n", "\n</parameter>\n")),
+    "minimax_m2": Syntax(('<invoke name="' + NAME + '">\n',), ("</invoke>\n",), r"<minimax:tool_call>",
+                         section_open=("<minimax:tool_call>", "\n"), section_close=("</minimax:tool_call>",),
+                         args="xml", params=Params('<parameter name="' + NAME + '">', "</parameter>\n")),
+    "glm45": Syntax(("<tool_call>", NAME + "\n"), ("</tool_call>",), r"<tool_call>", joiner=("\n",),
+                    args="xml", params=Params("<arg_key>" + NAME + "</arg_key>\n<arg_value>", "</arg_value>\n")),
+    "llama3_json": Syntax(('{"name": "' + NAME + '", "parameters": ',), ("}",),
+                          r'\{\s*"(name|parameters|arguments)"|<\|python_tag\|>', joiner=("; ",)),
+    "pythonic": Syntax((NAME + "(",), (")",), r"\[[A-Za-z_][A-Za-z0-9_.]*\(|<\|python_start\|>",
+                       section_open=("[",), section_close=("]",), joiner=(", ",), args="python"),
+    # v11+ spelling; the older [TOOL_CALLS][{...}] list is read by the parser but not generated
+    "mistral": Syntax(("[TOOL_CALLS]", NAME), (), r"\[TOOL_CALLS\]"),
+    "kimi_k2": Syntax(("<|tool_call_begin|>", "functions." + NAME + ":"), ("<|tool_call_end|>",), _KIMI_RE,
+                      section_open=("<|tool_calls_section_begin|>",), section_close=("<|tool_calls_section_end|>",),
+                      index=True),
+    "deepseek_v3": Syntax((_DS_CALL, "function", _DS_SEP, NAME + "\n```json\n"), ("\n```", _DS_END), _DS_RE,
+                          section_open=("<｜tool▁calls▁begin｜>",), section_close=("<｜tool▁calls▁end｜>",)),
+    "deepseek_v31": Syntax((_DS_CALL, NAME, _DS_SEP), (_DS_END,), _DS_RE,
+                           section_open=("<｜tool▁calls▁begin｜>",), section_close=("<｜tool▁calls▁end｜>",)),
+}
+KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
+
+# harmony (gpt-oss): messages, not a section; see lark.harmony
+HARMONY_CALL = ("<|channel|>", "commentary to=functions." + NAME + " ", "<|constrain|>", "json", "<|message|>")
+HARMONY_OPENER_RE = r"<\|channel\|>|<\|start\|>|to=functions\."
+FORMATS = tuple(SYNTAX) + ("harmony",)
+
+THINK = ("<think>", "</think>")

@@ -1,0 +1,170 @@
+"""The parser's shared token reader: ONE blocking read over the token logs of every turn this
+parser is parsing, and ONE round trip for the events of all of an iteration's plain steps.
+
+    ts:s:{a}:tok ──┐                                  ┌─> plain steps: their publishes in one pipeline
+    ts:s:{b}:tok ──┼── read_many ──> turn.take(entries)┤
+    ts:parse:wake:{me}┘ (WakeableRead)                └─> other steps: the turn's own ordered task
+
+Contracts:
+
+* **In order, none twice.**  Each turn is read from its own cursor (``TurnParse.after``).  While
+  a turn's ordered task (``TurnParse.finish``: calls, the turn's end) runs, the turn is left out
+  of the read; when the task is done and the turn goes on, the reader is woken to take it back.
+* **One turn per token log.**  A second parse of the same session (a newer attempt, the next
+  turn) waits until the first one leaves, then starts from its own ``after``.
+* **A turn ended elsewhere stops.**  A turn whose token end never comes (its decode job failed
+  for good, a cancel, an expired record) is found by a sweep of the turns idle for ``sweep_s``
+  and leaves with no error (``TurnParse.ended_elsewhere``).
+* **One server or a cluster.**  The read is a ``bus.WakeableRead``: one XREAD over every token log
+  and the wake stream on one server; on a cluster a tracked connection per master
+  (``runtime.tracked_reads``) with an in-process wake, and a master failing over holds its logs
+  until the replica that took over serves them.
+* **A failure is the turn's own.**  An exception in a turn's parse or ordered task fails that
+  turn: ``parse`` raises it to the consumer.  Redis unreachable fails every turn of the read or
+  the round trip that failed; their jobs stay pending and are taken over, replaying the turn
+  from its token log (its seq mark keeps every event exactly once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import redis.asyncio as aioredis
+
+from runtime import bus
+from workers.parser.turn_parse import Step, TurnParse
+
+log = logging.getLogger(__name__)
+
+
+class TokenReader:
+    """Feeds every turn of this parser from one read loop (see the module doc)."""
+
+    def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, batcher: bus.Batcher, wake_key: str,
+                 block_ms: int = 5000, count: int = 512, sweep_s: float = 5.0) -> None:
+        self.batcher = batcher
+        self.sweep_s = sweep_s
+        self._next_sweep = time.monotonic() + sweep_s
+        self._read = bus.WakeableRead(reader, r, wake_key, count, block_ms)
+        self.active: dict[str, TurnParse] = {}  # token-log stream -> the turn read from it
+        self.waiting: dict[str, list[TurnParse]] = {}  # further turns of the same log, in arrival order
+        self.busy: set[str] = set()  # streams whose turn's ordered task is running
+        self._tasks: set[asyncio.Task] = set()
+
+    async def parse(self, turn: TurnParse) -> None:
+        """Parse ``turn`` until it is over; raises what failed it."""
+        if turn.stream in self.active:
+            self.waiting.setdefault(turn.stream, []).append(turn)
+        else:
+            self.active[turn.stream] = turn
+            await self._read.wake()
+        try:
+            await turn.done
+        finally:
+            self._leave(turn)
+
+    def _leave(self, turn: TurnParse) -> None:
+        """Forget ``turn`` (idempotent); the next turn waiting for its log takes its place."""
+        waiting = self.waiting.get(turn.stream, [])
+        if turn in waiting:
+            waiting.remove(turn)
+        if self.active.get(turn.stream) is not turn:
+            return
+        del self.active[turn.stream]
+        self.busy.discard(turn.stream)
+        if waiting:
+            self.active[turn.stream] = waiting.pop(0)
+            self._spawn(self._read.wake())
+        if not waiting:
+            self.waiting.pop(turn.stream, None)
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self._once()
+                    await self._sweep()
+                except bus.REDIS_DOWN as exc:
+                    log.warning("parser: redis unavailable (%s); failing %d turns for a retry", exc, len(self.active))
+                    self._fail_all(exc)
+                    await asyncio.sleep(0.5)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await self._read.close()
+
+    async def _once(self) -> None:
+        streams = {s: t.after for s, t in self.active.items() if s not in self.busy and not t.done.done()}
+        by_stream: dict[str, list[bus.Entry]] = {}
+        for entry in await self._read.read(streams):
+            by_stream.setdefault(entry.stream, []).append(entry)
+        plain: list[tuple[TurnParse, Step]] = []
+        for stream, entries in by_stream.items():
+            turn = self.active.get(stream)
+            if turn is None or stream in self.busy or turn.done.done():
+                continue  # left while the read was in flight: its cursor was not moved
+            try:
+                step = turn.take(entries)
+            except Exception as exc:  # the turn's own failure (a parser bug): its job's boundary handles it
+                self._fail(turn, exc)
+                continue
+            if not step.plain:
+                self.busy.add(stream)
+                self._spawn(self._finish(turn, step))
+            elif turn.unpublished(step):
+                plain.append((turn, step))
+        await self._publish(plain)
+
+    async def _sweep(self) -> None:
+        """Every ``sweep_s``: the turns idle that long that ended elsewhere are over."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.sweep_s
+        idle = [t for s, t in self.active.items()
+                if s not in self.busy and not t.done.done() and now - t.seen >= self.sweep_s]
+        for turn, over in zip(idle, await asyncio.gather(*(t.ended_elsewhere() for t in idle)), strict=True):
+            if over and not turn.done.done():
+                turn.done.set_result(None)
+
+    async def _publish(self, plain: list[tuple[TurnParse, Step]]) -> None:
+        """Every plain step's events in one round trip (one publish script per turn)."""
+        if not plain:
+            return
+        futures = [self.batcher.submit(turn.publish_call(step)) for turn, step in plain]
+        for (turn, _), reply in zip(plain, await asyncio.gather(*futures, return_exceptions=True), strict=True):
+            if isinstance(reply, BaseException):
+                self._fail(turn, reply)
+            else:
+                turn.published_to(reply)
+
+    async def _finish(self, turn: TurnParse, step: Step) -> None:
+        """A step that is not plain, in the turn's own task; the turn rejoins the read unless it is over."""
+        try:
+            over = await turn.finish(step)
+        except Exception as exc:  # TurnSuperseded, redis, a bug: the turn's job decides what it means
+            self._fail(turn, exc)
+            return
+        if over:
+            if not turn.done.done():
+                turn.done.set_result(None)
+            return
+        self.busy.discard(turn.stream)
+        await self._read.wake()
+
+    def _fail(self, turn: TurnParse, exc: BaseException) -> None:
+        self.busy.discard(turn.stream)
+        if not turn.done.done():
+            turn.done.set_exception(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for turn in list(self.active.values()):
+            self._fail(turn, exc)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
