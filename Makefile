@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos bench train eval lint clean venv-vllm test-vllm
+.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos chaos-cluster bench train eval lint clean venv-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,8 +46,11 @@ test-vllm-if-installable:
 test-slow: install       ## slow tests (long benchmarks-as-tests)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow
 
-chaos: install           ## the full chaos suite
+chaos: install           ## the full chaos suite (the cluster failover run included)
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos
+
+chaos-cluster: install   ## the full failover run: masters of a Valkey Cluster SIGKILLed while sessions stream
+	$(PY) -m pytest -q -p no:cacheprovider -s -m chaos tests/cluster
 
 VLLM_VENV ?= .venv-vllm
 VLLM_TESTS := $(wildcard tests/test_*vllm*.py tests/*/test_*vllm*.py)  # only these are collected in that venv

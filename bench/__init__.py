@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("parser", "engine", "serve", "dispatch", "overlap", "load", "routing", "grammar", "grammar_libs")
+BENCHES = ("parser", "engine", "serve", "dispatch", "overlap", "load", "routing", "reads", "grammar",
+           "grammar_libs")
 
 
 def run_bench(name: str, argv: list[str]) -> int:

@@ -6,7 +6,9 @@ The same generated requests (``bench/grammar_cases.py``: tools renamed, argument
 retyped, enums, tools not offered) run through the native engine twice, greedy:
   * before: what turnstream did before grammars -- tools rendered into the prompt, ``required``
     and named choices forced only the call's opener (a prefill), the rest the model's own;
-  * after:  the turn's ``Constraint`` (``workers/decode/constraints``), as the decoder builds it.
+  * after:  the turn's ``Constraint`` (``workers/decode/constraints``), as the decoder builds it
+    (requests without tools as with ``grammar_plain=on``; by default they are not held and the
+    parser returns their text as content, never a call).
 Each completion is read back by the hermes parser; every call is checked against the tool
 offered under its name.  Rates are over calls (unoffered; invalid arguments: complete calls whose
 arguments are not JSON or break the schema; cut by max_tokens: calls truncated, reported and
@@ -44,7 +46,7 @@ def old_prefill(case: Case) -> str:
 
 def request(case: Case, i: int, grammar: bool, max_tokens: int) -> GenerateRequest:
     params: dict[str, Any] = {"tool_choice": case.tool_choice} if case.tool_choice else {}
-    constraint = constraint_for(FMT, None, case.tools, params) if grammar else None
+    constraint = constraint_for(FMT, None, case.tools, params, constrain_plain=True) if grammar else None
     prefill = "" if grammar else old_prefill(case)
     return GenerateRequest(rid=f"g{i}", session=f"g{i}", messages=case.messages, tools=case.tools or None,
                            params=SamplingParams(max_tokens=max_tokens, prefill=prefill), constraint=constraint)

@@ -86,6 +86,7 @@ class Tally:
     events: int = 0
     sessions_ok: int = 0
     problems: list[str] = field(default_factory=list)
+    sids: list[str] = field(default_factory=list)  # every session started (where each one's keys live)
 
 
 class SessionCheck:
@@ -158,6 +159,7 @@ CONNECT_TIMEOUT_S = 120.0  # patient: on a saturated machine a session that cann
 async def one_session(url: str, body: dict[str, Any], expected: Expected, tally: Tally) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=CONNECT_TIMEOUT_S) as http:
         sid = (await http.post("/v1/sessions", json=body)).json()["id"]
+    tally.sids.append(sid)
     check = SessionCheck(sid, expected, tally)
     ws_url = url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws"
     async with websockets.connect(ws_url, max_queue=None, open_timeout=CONNECT_TIMEOUT_S) as ws:

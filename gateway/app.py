@@ -22,7 +22,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from collections.abc import AsyncIterator
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -148,7 +147,7 @@ def _add_open_routes(app: FastAPI) -> None:
         try:
             await request.app.state.redis.ping()
             beats = await live(request.app.state.redis)
-        except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+        except bus.REDIS_DOWN as exc:
             raise errors.ApiError(503, f"redis unavailable: {exc}", type="server_error", code="not_ready") from None
         counts = {k: sum(1 for b in beats.values() if b.get("kind") == k) for k in ("gateway", "decode", "parser",
                                                                                    "tools")}

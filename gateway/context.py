@@ -29,6 +29,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.errors import ApiError
+from runtime import bus
 from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
 from schemas import keys
 
@@ -54,7 +55,7 @@ class DecoderLimits:
 
     async def _read(self) -> int | None:
         workers = [w.decode() for w in await self.r.hkeys(keys.DECODE_LOAD)]
-        beats = await self.r.mget([keys.decoder_heartbeat(w) for w in workers]) if workers else []
+        beats = await bus.get_each(self.r, [keys.decoder_heartbeat(w) for w in workers])  # keys of many slots
         limits = [_limit(b) for b in beats if b]
         return min((n for n in limits if n), default=None)
 

@@ -16,7 +16,8 @@ Contracts:
 * **New subscriptions are noticed at once.**  Starting to watch a stream XADDs a token to
   this process's wake stream, which the reader's blocking XREAD always includes; the
   reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
-  wake sent between two XREADs is never lost.
+  wake sent between two XREADs is never lost (on a cluster the wake ends the tracked reader's
+  wait in this process, and is kept until its next wait when none is in progress).
 * **Nothing left: the stream ends.**  A subscription to a session that had already ended
   (``session_over``) reads the history to the stream's end and stops there; one whose ``after``
   is at or past the ``session.ended`` it waits for (a future id) stops when that event goes by.
@@ -26,8 +27,11 @@ Contracts:
   resumes with ``after=<the last id it received>``.
 * **Bytes forwarded.**  A frame is the stored event's JSON with its id put in front
   (``gateway.frames``); an event is decoded only where the relay must look inside it.
-* **Cluster note.**  One XREAD over many sessions' streams spans hash slots; on Redis Cluster
-  the reader would need one XREAD per node (``bus.read_many``: not implemented here).
+* **One server or a cluster.**  The reads are a ``runtime.bus.WakeableRead``: on one server one
+  blocking XREAD over every watched stream and the wake stream; on a Redis Cluster, where one
+  command cannot span slots, a tracked connection per master that the server wakes when a
+  watched stream changes (``runtime.tracked_reads``), and a wake that ends its wait in this
+  process instead of the wake stream.  The contracts above hold on both.
 """
 
 from __future__ import annotations
@@ -265,7 +269,7 @@ class Relay:
                 await self._read_once()
             except asyncio.CancelledError:
                 raise
-            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            except bus.REDIS_DOWN as exc:
                 log.warning("relay: redis unavailable (%s); retrying", exc)
                 await asyncio.sleep(0.5)
             except Exception:  # the reader's outermost boundary: it must never die

@@ -68,20 +68,34 @@ def _json(v: Any) -> Any:
     return None if v is None else json.loads(v)
 
 
+# a response's fields (ARGV[3..]: name, value pairs; HSETNX when ARGV[2] is "nx": the first writer wins) and
+# its TTL (ARGV[1]) in one step.  A script, not MULTI: its one key runs it on one server or a cluster alike.
+_WRITE = """
+local set = ARGV[2] == 'nx' and 'HSETNX' or 'HSET'
+for i = 3, #ARGV, 2 do redis.call(set, KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
 class ResponseStore:
     def __init__(self, r: aioredis.Redis, ttl_s: int) -> None:
         self.r, self.ttl_s = r, ttl_s
+        self._write = r.register_script(_WRITE)
+
+    async def _put(self, sid: str, how: str, fields: dict[str, Any]) -> None:
+        args: list[Any] = [self.ttl_s, how]
+        for name, value in fields.items():
+            args += [name, value]
+        await self._write(keys=[keys.response(sid)], args=args)
 
     async def create(self, sid: str, *, key: str, head: ResponseHead, policy: Policy, items: list[dict[str, Any]],
                      history: list[dict[str, Any]], n_initial: int, background: bool) -> StoredResponse:
         """Store a new (running) response."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(keys.response(sid), mapping={
+        await self._put(sid, "set", {
             "key": key, "head": json.dumps({"created_at": head.created_at, "echo": head.echo}),
             "policy": _policy_json(policy), "input": json.dumps(items), "history": json.dumps(history),
             "n_initial": n_initial, "background": int(background)})
-        pipe.expire(keys.response(sid), self.ttl_s)
-        await pipe.execute()
         return StoredResponse(sid, key, head, policy, items, history, n_initial, background, None, None, "")
 
     async def get(self, sid: str) -> StoredResponse | None:
@@ -99,12 +113,7 @@ class ResponseStore:
                        owner: str) -> None:
         """Keep the final object and the conversation (once: the first writer wins; both are deterministic)."""
         conv = stored.history + [_expose_ids(m, stored.sid) for m in session_msgs[stored.n_initial:]]
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hsetnx(keys.response(stored.sid), "conv", json.dumps(conv))
-        pipe.hsetnx(keys.response(stored.sid), "owner", owner)
-        pipe.hsetnx(keys.response(stored.sid), "final", json.dumps(final))
-        pipe.expire(keys.response(stored.sid), self.ttl_s)
-        await pipe.execute()
+        await self._put(stored.sid, "nx", {"conv": json.dumps(conv), "owner": owner, "final": json.dumps(final)})
 
     async def delete(self, sid: str) -> None:
         await self.r.delete(keys.response(sid))

@@ -12,14 +12,16 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.exceptions import DataError, NoScriptError, ResponseError
+from redis.exceptions import (ClusterError, DataError, NoScriptError, ResponseError, SlotNotCoveredError,
+                               TryAgainError)
 
+from runtime import cluster
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -29,12 +31,36 @@ EVENT_STREAM_MAXLEN = 100_000
 TOKEN_STREAM_MAXLEN = 50_000
 JOB_STREAM_MAXLEN = 100_000
 
+RETRY_S = 0.2  # between tries of a call interrupted by an unreachable broker
+OUTAGE_S = 15.0  # how long a decoder retries its token-log writes while redis is unreachable (a cluster
+# failover, a restart) before it abandons the turn, which is then regenerated as a new attempt
+
+# The broker is unreachable or moving (a cluster master failing over): retry, never a job's failure.
+# NOSCRIPT past redis-py's (and the Batcher's) own reload is one too: a just-promoted replica has no
+# scripts (they are not replicated), and a reload sent by a stale slot map missed it.
+REDIS_DOWN: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, ClusterError,
+                                               TryAgainError, SlotNotCoveredError, NoScriptError)
+
 
 class Entry(NamedTuple):
     stream: str
     id: str
     data: bytes
     deliveries: int = 1  # > 1 when reclaimed from another consumer
+
+
+async def through_outage(call: Callable[[], Awaitable[Any]], for_s: float, what: str = "") -> Any:
+    """``await call()``, again every ``RETRY_S`` while the broker is unreachable (a cluster failover,
+    a restart), for up to ``for_s`` seconds; then its error.  Only for calls that may run twice."""
+    deadline = time.monotonic() + for_s
+    while True:
+        try:
+            return await call()
+        except REDIS_DOWN as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("%s: redis unavailable (%s); retrying", what or "write", exc)
+            await asyncio.sleep(RETRY_S)
 
 
 class _HiredisPacking:
@@ -56,14 +82,24 @@ _CONNECTIONS = {cls: type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
                 for cls in (aioredis.Connection, aioredis.SSLConnection, aioredis.UnixDomainSocketConnection)}
 
 
+def _hiredis(cls: type) -> type:
+    """``cls`` packing with hiredis (redis-py's own connection classes; any other as it is)."""
+    return _CONNECTIONS.get(cls, cls)
+
+
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis.
-    Its XREAD replies are left as the server sent them: ``read_many`` turns them into entries."""
-    client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
-    pool = client.connection_pool
-    pool.connection_class = _CONNECTIONS.get(pool.connection_class, pool.connection_class)
+    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis;
+    a ``RedisCluster`` for a ``redis+cluster://`` URL (``runtime.cluster``), every node connection of
+    which packs with hiredis too.  Its XREAD replies are left as the server sent them: ``read_many``
+    turns them into entries."""
+    if cluster.is_cluster_url(url):
+        client = cluster.connect(url, connection=_hiredis)
+    else:
+        client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
+        pool = client.connection_pool
+        pool.connection_class = _hiredis(pool.connection_class)
     client.set_response_callback("XREAD", _raw)
-    return client
+    return client  # type: ignore[return-value]
 
 
 def _raw(response: Any, **options: Any) -> Any:
@@ -111,12 +147,22 @@ def _entries(reply, deliveries: int = 1) -> list[Entry]:
 
 
 class GroupReader:
-    """Reads a set of streams as one consumer of one group; blocks instead of polling."""
+    """Reads a set of streams as one consumer of one group; blocks instead of polling.
+
+    One blocking XREADGROUP covers the streams one command may name together: all of them on
+    one server, those of one slot on a cluster (``runtime.cluster.read_groups``).  With several
+    such groups, each has its own read in flight, and ``read`` returns as soon as any of them
+    has entries; a read still waiting is kept for the next call, never cancelled (a cancelled
+    XREADGROUP could take entries into this consumer's pending list that nobody then handles).
+    A group found missing (NOGROUP: a failover lost it) is created again.
+    """
 
     def __init__(self, r: aioredis.Redis, streams: list[str], group: str, consumer: str,
                  count: int = 64, block_ms: int = 1000) -> None:
         self.r, self.streams, self.group, self.consumer = r, list(streams), group, consumer
         self.count, self.block_ms = count, block_ms
+        self._groups = cluster.read_groups(r, self.streams)
+        self._inflight: dict[int, asyncio.Task] = {}
 
     async def setup(self) -> None:
         for stream in self.streams:
@@ -124,9 +170,39 @@ class GroupReader:
 
     async def read(self) -> list[Entry]:
         """New entries for this consumer; waits up to ``block_ms``."""
-        reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in self.streams},
-                                        count=self.count, block=self.block_ms)
+        if len(self._groups) == 1:
+            return await self._read(self._groups[0])
+        for i, streams in enumerate(self._groups):
+            if i not in self._inflight:
+                self._inflight[i] = asyncio.create_task(self._read(streams))
+        done, _ = await asyncio.wait(self._inflight.values(), return_when=asyncio.FIRST_COMPLETED)
+        out: list[Entry] = []
+        for i, task in list(self._inflight.items()):
+            if task in done:
+                del self._inflight[i]
+                out.extend(task.result())  # raises the read's error: the caller retries
+        return out
+
+    async def _read(self, streams: list[str]) -> list[Entry]:
+        try:
+            reply = await self.r.xreadgroup(self.group, self.consumer, {s: ">" for s in streams},
+                                            count=self.count, block=self.block_ms)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # the group is gone: a failover lost it (created on a master killed before its replica had it),
+            # or the stream was deleted.  Created again from the start; consumers drop what they have seen.
+            log.warning("group %s of %s lost (%s); created again", self.group, streams, exc)
+            for stream in streams:
+                await ensure_group(self.r, stream, self.group)
+            return []
         return _entries(reply)
+
+    def close(self) -> None:
+        """Cancel the reads in flight (the consumer is stopping)."""
+        for task in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()
 
     async def reclaim(self, min_idle_ms: int) -> list[Entry]:
         """Take over entries another consumer read but did not ack for ``min_idle_ms``."""
@@ -156,6 +232,14 @@ async def dead_letter(r: aioredis.Redis, entry: Entry, reason: str, group: str |
         await r.xack(entry.stream, group, entry.id)
 
 
+async def get_each(r: aioredis.Redis, names: list[str] | list[bytes]) -> list[bytes | None]:
+    """GET every key in one round trip: a pipeline, not one MGET (on a cluster the keys span slots)."""
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.get(name)
+    return await pipe.execute() if names else []
+
+
 async def last_id(r: aioredis.Redis, stream: str) -> str:
     """Id of the newest entry of a stream, or ``0-0``."""
     rows = await r.xrevrange(stream, count=1)
@@ -165,10 +249,33 @@ async def last_id(r: aioredis.Redis, stream: str) -> str:
 async def read_many(r: aioredis.Redis, streams: Mapping[str, str], count: int = 256,
                     block_ms: int | None = None) -> list[Entry]:
     """Entries of many streams, each after its own id, in ONE plain XREAD (no group); waits up to
-    ``block_ms`` for the first when given.  Every multi-stream read goes through here."""
+    ``block_ms`` for the first when given.  Every multi-stream read of one server goes through here.
+
+    On a cluster one command names the keys of one slot: streams of several slots are read with an
+    XREAD per slot, in one pipeline, and such a read cannot wait (a blocking read of many sessions'
+    streams on a cluster is ``WakeableRead``, through ``many_reader``)."""
     if not streams:
         return []
-    reply = await r.xread(dict(streams), count=count, block=block_ms)
+    if cluster.is_cluster(r):
+        groups = cluster.read_groups(r, streams)
+        if len(groups) > 1:
+            return await _read_slots(r, streams, groups, count, block_ms)
+    return _xread_entries(await r.xread(dict(streams), count=count, block=block_ms))
+
+
+async def _read_slots(r: aioredis.Redis, streams: Mapping[str, str], groups: list[list[str]], count: int,
+                      block_ms: int | None) -> list[Entry]:
+    if block_ms is not None:
+        raise ValueError(f"a blocking read of {len(streams)} streams over {len(groups)} cluster slots: "
+                         "use WakeableRead (many_reader)")
+    pipe = r.pipeline(transaction=False)
+    for group in groups:
+        pipe.xread({s: streams[s] for s in group}, count=count)
+    return [e for reply in await pipe.execute() for e in _xread_entries(reply)]
+
+
+def _xread_entries(reply: Any) -> list[Entry]:
+    """The entries of an XREAD reply, raw (``connect``'s clients) or parsed by redis-py."""
     if reply and isinstance(reply[0][1][0][1], dict):  # a client that parses XREAD replies itself
         return _entries(reply)
     out = []
@@ -180,18 +287,28 @@ async def read_many(r: aioredis.Redis, streams: Mapping[str, str], count: int = 
     return out
 
 
+def _fields(fields: Any) -> dict[bytes, bytes]:
+    """An entry's fields as a dict, from a raw (``[name, value, ...]``) or a parsed reply."""
+    return fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2]))
+
+
 async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000, count: int = 256) -> list[Entry]:
     """Entries of one stream after ``after``; waits up to ``block_ms``."""
     return await read_many(r, {stream: after}, count, block_ms)
 
 
 class WakeableRead:
-    """ONE blocking ``read_many`` over a changing set of streams, which ``wake()`` interrupts.
+    """ONE blocking read over a changing set of streams, which ``wake()`` interrupts.
 
-    The wake stream (``wake_key``, this reader's own) is part of every read, from an explicit
-    cursor, so a wake sent between two reads is never lost: the next read returns at once and
-    the caller re-issues it with its current streams.  At most one wake is in flight: every
-    wake sent before a read was built is served by that read.
+    One server: ONE ``read_many`` over the streams and the wake stream (``wake_key``, this reader's
+    own), which is part of every read from an explicit cursor, so a wake sent between two reads is
+    never lost: the next read returns at once and the caller re-issues it with its current streams.
+    At most one wake is in flight: every wake sent before a read was built is served by that read.
+
+    A cluster: one XREAD cannot span slots (the wake stream's and the sessions'), so the streams are
+    read through ``many_reader`` -- a tracked connection per master, whose wait is in this process
+    (``runtime.tracked_reads``) -- and ``wake()`` ends that wait directly: no wake stream, same
+    contract (a wake while no read waits makes the next one return at once).
     """
 
     def __init__(self, reader: aioredis.Redis, r: aioredis.Redis, wake_key: str, count: int = 512,
@@ -200,10 +317,14 @@ class WakeableRead:
         self.count, self.block_ms = count, block_ms
         self._cursor = "0-0"
         self._waking = False
+        self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
 
     async def read(self, streams: Mapping[str, str]) -> list[Entry]:
         """The entries of ``streams`` (stream -> after id) that arrived; returns early on a wake.
         Build ``streams`` in the same step as this call (no await between): that is the hand-over."""
+        if self._tracked is not None:
+            got = await self._tracked.read(dict(streams), self.count, self.block_ms)
+            return [Entry(stream, _s(eid), fields.get(FIELD, b"")) for stream, rows in got for eid, fields in rows]
         self._waking = False  # a wake from here on interrupts this read
         got = await read_many(self.reader, {self.wake_key: self._cursor, **streams}, self.count, self.block_ms)
         out = []
@@ -216,6 +337,9 @@ class WakeableRead:
 
     async def wake(self) -> None:
         """Make the blocked read return, so that the next one includes the current streams."""
+        if self._tracked is not None:
+            self._tracked.wake()
+            return
         if self._waking:
             return
         self._waking = True
@@ -225,7 +349,39 @@ class WakeableRead:
         await pipe.execute()
 
     async def close(self) -> None:
-        await self.r.delete(self.wake_key)
+        if self._tracked is not None:
+            await self._tracked.aclose()
+        else:
+            await self.r.delete(self.wake_key)
+
+
+class ServerReads:
+    """New entries of many streams after their cursors, on one server: one blocking XREAD."""
+
+    connections = 1
+
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+
+    async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, list]]:
+        reply = await self.r.xread(streams, count=count, block=block_ms)
+        return [(_s(stream), [(eid, _fields(f)) for eid, f in rows]) for stream, rows in reply or []]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def many_reader(r: aioredis.Redis) -> Any:
+    """The reader of many streams' new entries after the caller's cursors (XREAD, no group), for
+    one task: ``await reader.read({stream: cursor}, count, block_ms) -> [(stream, [(id, fields)])]``
+    (``fields`` a dict), blocking until one of them has entries.  One server: one blocking XREAD
+    (``ServerReads``); a cluster: a tracked connection per master (``runtime.tracked_reads.ClusterReads``,
+    whose wait ``wake()`` ends)."""
+    if cluster.is_cluster(r):
+        from runtime.tracked_reads import ClusterReads
+
+        return ClusterReads(r)
+    return ServerReads(r)
 
 
 async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) -> None:
@@ -239,14 +395,15 @@ async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) ->
 @dataclass(frozen=True)
 class ScriptCall:
     """One run of a registered Lua script, queued by its sha: a pipeline that holds it sends no
-    SCRIPT EXISTS first (redis-py does for ``Script`` objects); ``Batcher`` loads it on NOSCRIPT."""
+    SCRIPT EXISTS first (redis-py does for ``Script`` objects); ``Batcher`` loads it on NOSCRIPT.
+    Queued as a raw EVALSHA, which a cluster pipeline takes too (redis-py refuses its ``evalsha``)."""
 
     script: Any  # a redis-py (Async)Script, from ``register_script``
     keys: list[Any]
     args: list[Any]
 
     def __call__(self, pipe: Any) -> Any:
-        return pipe.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
+        return pipe.execute_command("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
 
 
 class Batcher:
@@ -256,7 +413,8 @@ class Batcher:
     command on a pipeline -- a ``ScriptCall`` runs a script -- and its reply is returned (its
     error raised).  Commands issued while a round trip is in flight leave together in the next
     one: under load one write serves many sessions; when idle a command leaves at once, with no
-    added delay.  A script the server does not know (restarted, flushed) is loaded and re-run.
+    added delay.  A script the server does not know (restarted, flushed, a new cluster master) is
+    loaded and re-run.
     """
 
     def __init__(self, r: aioredis.Redis) -> None:
@@ -294,16 +452,19 @@ class Batcher:
         pipe = self.r.pipeline(transaction=False)
         for build in builds:
             queued = build(pipe)
-            if inspect.isawaitable(queued):  # redis-py Script objects queue themselves asynchronously
-                await queued
-        replies = await pipe.execute(raise_on_error=False)
+            if inspect.iscoroutine(queued):  # redis-py Script objects queue themselves asynchronously (never
+                await queued  # await a cluster pipeline itself: that empties it)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its
+            raise aioredis.ConnectionError(f"cluster topology changed mid-pipeline ({exc})") from exc  # nodes
         if len(replies) != len(builds):
             raise RuntimeError(f"batcher: {len(builds)} commands queued but {len(replies)} replies")
         unknown = [i for i, (b, rep) in enumerate(zip(builds, replies)) if isinstance(b, ScriptCall)
-                   and isinstance(rep, NoScriptError)]
+                   and isinstance(rep, NoScriptError)]  # a server restarted or flushed, a new cluster master
         if unknown and retry:
             for src in {builds[i].script.script for i in unknown}:  # type: ignore[attr-defined]
-                await self.r.script_load(src)
+                await self.r.script_load(src)  # on a cluster: on every master
             again = await self._round_trip([builds[i] for i in unknown], retry=False)
             for i, reply in zip(unknown, again, strict=True):
                 replies[i] = reply

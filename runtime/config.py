@@ -67,7 +67,10 @@ class Config:
                            "decode", "parser", "gateway")
     reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
     grammar_auto: str = opt("on", "tool_choice auto with tools: a call's name and arguments are held to the offered "
-                                  "tools (on) or free (off); no tools never allows a call", "decode")
+                                  "tools (on) or free (off)", "decode")
+    grammar_plain: str = opt("off", "requests without tools: on holds their text to no call markup (the model cannot "
+                             "start a call); off decodes them freely, as other servers do (the parser returns "
+                             "their text as content either way)", "decode")
     coalesce_tokens: int = opt(4, "token-log chunking: at most this many tokens per chunk", "decode")
     coalesce_ms: float = opt(15.0, "token-log chunking: at most this long between chunks (the first token "
                                    "goes at once)", "decode")
@@ -146,7 +149,7 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
-            "grammar_auto": {"on", "off"}}
+            "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
              "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms",
@@ -207,3 +210,21 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:
         raise ConfigError(f"heartbeat_ttl_ms: {cfg.heartbeat_ttl_ms} must exceed heartbeat_ms {cfg.heartbeat_ms}")
+    _validate_urls(cfg)
+
+
+def _validate_urls(cfg: Config) -> None:
+    """A cluster ``redis_url`` must parse; the tool queues (arq) need a plain server of their own."""
+    from runtime import cluster
+
+    if cluster.is_cluster_url(cfg.redis_url):
+        try:
+            cluster.parse_url(cfg.redis_url)
+        except cluster.ClusterUrlError as exc:
+            raise ConfigError(f"redis_url: {exc}") from None
+        if not cfg.queue_url:
+            raise ConfigError(f"queue_url: required when redis_url names a cluster ({cfg.redis_url!r}): the tool "
+                              "queues (arq) need one non-cluster Redis/Valkey, e.g. redis://queue-host:6379/0")
+    if cluster.is_cluster_url(cfg.queue_url):
+        raise ConfigError(f"queue_url: invalid value {cfg.queue_url!r}; the tool queues (arq) need a non-cluster "
+                          "Redis/Valkey (redis:// or rediss://)")

@@ -11,7 +11,8 @@ Every path of one entry, in the order they are checked:
 * the handler returns ``Done.ACK``: acked (and deleted where ``delete_acked(stream)``);
 * it returns ``Done.LEAVE``: left pending; a live consumer holds it, or it is retried later;
 * ``UndecodableEntry``: dead-lettered (``ts:dead``) and acked, never retried;
-* Redis unreachable: left pending, retried when the entry is reclaimed or re-read;
+* Redis unreachable (or a cluster master failing over): kept in flight (leased) and handled
+  again ``RETRY_S`` later, until it goes through;
 * any other exception: logged once, dead-lettered, and the entry's session fails with an
   ``error`` event (``Turns.fail``) -- the worker goes on with every other session.
 
@@ -27,7 +28,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-import redis.asyncio as aioredis
 
 from runtime import bus
 from runtime.turns import Turns
@@ -35,7 +35,8 @@ from schemas.codec import UndecodableEntry
 
 log = logging.getLogger(__name__)
 
-REDIS_DOWN = (aioredis.ConnectionError, aioredis.TimeoutError)
+REDIS_DOWN = bus.REDIS_DOWN
+RETRY_S = 0.5  # an entry interrupted by redis (down, failing over) is handled again this much later
 
 
 class Done(enum.Enum):
@@ -63,6 +64,7 @@ class Consumer:
         await self.reader.setup()
         loops = [asyncio.create_task(f()) for f in (self._read_loop, self._lease_loop, *also)]
         await stop.wait()
+        self.reader.close()
         for t in loops + list(self._tasks):
             t.cancel()
         await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
@@ -74,6 +76,9 @@ class Consumer:
                     self.spawn(entry)
             except REDIS_DOWN as exc:
                 log.warning("%s: redis unavailable (%s); retrying", self.name, exc)
+                await asyncio.sleep(0.5)
+            except Exception:  # the reader's outermost loop: a dead read loop would stop the worker silently
+                log.exception("%s: read failed; retrying", self.name)
                 await asyncio.sleep(0.5)
 
     async def _lease_loop(self) -> None:
@@ -100,11 +105,20 @@ class Consumer:
         if entry.id in self.inflight:
             return
         self.inflight[entry.id] = entry
-        task = asyncio.create_task(self._run(entry))
+        self._start(self._run(entry))
+
+    def _start(self, coro) -> None:
+        task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _retry(self, entry: bus.Entry) -> None:
+        """Handle ``entry`` again after ``RETRY_S`` (it stays in flight here, its lease renewed)."""
+        await asyncio.sleep(RETRY_S)
+        await self._run(entry)
+
     async def _run(self, entry: bus.Entry) -> None:
+        again = False
         try:
             if await self.handler.handle(entry) is Done.ACK:
                 await self.reader.ack(entry)
@@ -115,11 +129,15 @@ class Consumer:
         except asyncio.CancelledError:
             raise
         except REDIS_DOWN as exc:
-            log.warning("%s: %s %s interrupted by redis (%s); left pending for a retry", self.name,
-                        entry.stream, entry.id, exc)
+            log.warning("%s: %s %s interrupted by redis (%s); retrying in %.1f s", self.name,
+                        entry.stream, entry.id, exc, RETRY_S)
+            again = True
         except Exception as exc:  # the worker's outermost boundary: log, dead-letter, go on
             log.exception("%s: %s %s failed", self.name, entry.stream, entry.id)
             await bus.dead_letter(self.reader.r, entry, f"{type(exc).__name__}: {exc}", self.reader.group)
             await self.turns.fail(entry, f"{self.name} failed: {type(exc).__name__}: {exc}")
         finally:
-            self.inflight.pop(entry.id, None)
+            if again:
+                self._start(self._retry(entry))
+            else:
+                self.inflight.pop(entry.id, None)

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from runtime import bus
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class Heartbeat:
             await asyncio.sleep(self.every_ms / 1000)
             try:
                 await self.beat()
-            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            except bus.REDIS_DOWN as exc:
                 log.warning("%s %s: heartbeat failed: %s", self.kind, self.worker, exc)
 
     async def stop(self) -> None:
@@ -59,8 +60,8 @@ class Heartbeat:
 
 async def live(r: aioredis.Redis, kind: str = "*") -> dict[str, dict[str, Any]]:
     """The live processes (of ``kind``, or every kind): heartbeat key -> its JSON."""
-    found = [k async for k in r.scan_iter(match=keys.heartbeat(kind, "*"), count=500)]
+    found = [k async for k in r.scan_iter(match=keys.heartbeat(kind, "*"), count=500)]  # every master
     if not found:
         return {}
-    values = await r.mget(found)
+    values = await bus.get_each(r, found)  # GETs, not one MGET: on a cluster the keys span slots
     return {k.decode(): json.loads(v) for k, v in zip(found, values) if v is not None}

@@ -137,6 +137,21 @@ if last > cur then redis.call('HSET', KEYS[1], ARGV[1], last) end
 return last
 """
 
+# create the record (ARGV[1] field/value pairs follow) and its first messages (the rest of ARGV).
+_CREATE = """
+local n = tonumber(ARGV[1])
+for i = 2, 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 2 + 2 * n, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+return 1
+"""
+
+# append the turn's end to its token log and mark the turn generated (ARGV: maxlen, entry, done field, attempt).
+_END_TURN = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'd', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+return 1
+"""
+
 # publish turn T's session.ended once and set the final status with it (first ending wins:
 # a cancel is not overwritten by the aborted turn's own ending).
 _END = """
@@ -198,19 +213,23 @@ class Sessions:
         self._append = r.register_script(_APPEND)
         self._publish = r.register_script(_PUBLISH)
         self._end = r.register_script(_END)
+        self._create = r.register_script(_CREATE)
+        self._end_turn = r.register_script(_END_TURN)
 
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
                      client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> None:
-        """Write the session record and its first messages (one transaction), then index it as active."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(keys.session(sid), mapping={
-            "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": time.time(),
+        """Write the session record and its first messages (one script), then index it as active."""
+        record = {
+            "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": repr(time.time()),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
             "conv_turn": -1, "client_tools": json.dumps(client_tools or []), "mode": SessionMode(mode).value,
-        })
-        pipe.rpush(keys.messages(sid), *[json.dumps(m) for m in messages])
-        await pipe.execute()  # one slot: the session's own keys
+        }
+        args: list[Any] = [len(record)]
+        for name, value in record.items():
+            args += [name, value]
+        args += [json.dumps(m) for m in messages]
+        await self._create(keys=[keys.session(sid), keys.messages(sid)], args=args)  # the session's own slot
         await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
 
     async def get(self, sid: str) -> SessionInfo | None:
@@ -244,13 +263,11 @@ class Sessions:
         return Claimed(Claim.CLAIMED, n) if n > 0 else Claimed(Claim(n))
 
     async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, maxlen: int) -> None:
-        """Append the turn's end to its token log and mark the turn generated in one transaction:
+        """Append the turn's end to its token log and mark the turn generated in one script:
         apart, a redis failure between them leaves a turn the parser finished that a retried claim
         sees as unfinished (generated twice)."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(keys.tokens(sid), {bus.FIELD: token_end}, maxlen=maxlen, approximate=True)
-        pipe.hset(keys.session(sid), Field.done(turn), attempt)
-        await pipe.execute()
+        await self._end_turn(keys=[keys.tokens(sid), keys.session(sid)],
+                             args=[maxlen, token_end, Field.done(turn), attempt])
 
     async def record_message(self, sid: str, turn: int, message: dict[str, Any]) -> None:
         """Record turn ``turn``'s assistant message (the parser's, once per turn)."""

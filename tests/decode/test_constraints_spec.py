@@ -70,6 +70,8 @@ def test_the_process_config_sets_format_reasoning_and_the_auto_switch() -> None:
     off = load_config(grammar_auto="off")
     assert turn_constraint(off, TOOLS, {}, continuation=False) is None  # auto with tools: free
     assert turn_constraint(off, [], {}, continuation=False) is None  # no tools: nothing to hold
+    plain = load_config(grammar_plain="on")
+    assert turn_constraint(plain, [], {}, continuation=False).calls is Calls.FORBIDDEN  # unless asked to
     assert turn_constraint(off, TOOLS, {"tool_choice": "required"}, continuation=False).calls is Calls.REQUIRED
 
 

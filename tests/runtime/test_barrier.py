@@ -176,6 +176,7 @@ async def test_every_script_touches_one_slot(r, monkeypatch) -> None:
     await sessions.create("s", [{"role": "user", "content": "hi"}], max_turns=2)
     await sessions.claim_turn("s", 0, "d1")
     await sessions.publish_once("s", 0, "pseq:0:1", [(1, b"x")], 100)
+    await sessions.end_turn("s", 0, 1, b"end", 100)
     await b.start("s", 0, 0, b"ev")
     await b.result("s", 0, 0, _result(0), b"ev")
     await b.awaiting_client("s", 0, 1, "call_0_1", "loc")

@@ -23,6 +23,15 @@ async def test_blocking_read_wakes_on_add(r) -> None:
     assert [e.data for e in entries] == [b"hello"]
 
 
+async def test_a_lost_group_is_created_again(r) -> None:
+    reader = bus.GroupReader(r, ["s:test"], "g", "c1", block_ms=100)
+    await reader.setup()
+    await r.delete("s:test")  # as a failover that lost the group (and its stream) would
+    await bus.add(r, "s:test", b"after")  # the stream again, without the group
+    assert await reader.read() == []  # NOGROUP: the group is created again, from the start
+    assert [e.data for e in await reader.read()] == [b"after"]
+
+
 async def test_unacked_entries_are_reclaimed_by_another_consumer(r) -> None:
     dead = bus.GroupReader(r, ["s:test"], "g", "dead", block_ms=100)
     live = bus.GroupReader(r, ["s:test"], "g", "live", block_ms=100)

@@ -7,6 +7,11 @@
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
 continuation is sent) and never builds or parses messages itself.  Between chunks it checks,
 at most every ``AbortCheck.interval_s``, whether the session was cancelled.
+
+While redis is unreachable (a cluster master failing over, a restart) its writes are retried
+for up to ``bus.OUTAGE_S`` and the turn goes on where it was; a write retried after its reply was
+lost appends the chunk twice, and the parser skips the repeat (same ``seq``).  Past
+``OUTAGE_S`` the turn is abandoned and regenerated as a new attempt.
 """
 
 from __future__ import annotations
@@ -17,8 +22,6 @@ import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
-
-import redis.asyncio as aioredis
 
 from runtime import bus, routing
 from runtime.session import Field, SessionInfo
@@ -62,7 +65,7 @@ class TurnRun:
         try:
             await self._stream()
         finally:
-            with contextlib.suppress(aioredis.ConnectionError, aioredis.TimeoutError):
+            with contextlib.suppress(*bus.REDIS_DOWN):
                 await routing.turn_ended(self.w.r, self.w.me)
 
     async def _announce(self) -> None:
@@ -89,7 +92,8 @@ class TurnRun:
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(self.parts), stop_sequence=last.stop_sequence)
         self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
-        await self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end), bus.TOKEN_STREAM_MAXLEN)
+        await self._through(lambda: self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end),
+                                                             bus.TOKEN_STREAM_MAXLEN))
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
 
@@ -138,14 +142,27 @@ class TurnRun:
                                   t_emit=since))
         self.seq += 1
         stream = keys.tokens(self.sid)
+        if not abort.due(now):
+            await self._through(lambda: self.w.batcher.call(lambda pipe: pipe.xadd(
+                stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)))
+            return
+        status, turn = await self._through(lambda: self._write_and_check(stream, chunk))
+        await abort.apply(status, turn)
+
+    async def _write_and_check(self, stream: str, chunk: bytes) -> list:
+        """XADD the chunk and read the session's status and turn, both in the shared round trip."""
         written = self.w.batcher.submit(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
                                                                maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
-        if not abort.due(now):
-            await written
-            return
         status = self.w.batcher.submit(lambda pipe: pipe.hmget(keys.session(self.sid), "status", "turn"))
-        await written
-        await abort.apply(*await status)
+        replies = await asyncio.gather(written, status, return_exceptions=True)  # both retrieved, always
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies[1]
+
+    async def _through(self, call: Any) -> Any:
+        """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
+        return await bus.through_outage(call, bus.OUTAGE_S, f"sid={self.sid} turn={self.turn}")
 
     async def _abandon(self, gen: Any) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
@@ -157,5 +174,6 @@ class TurnRun:
     async def _event(self, seq: int, body: Any) -> None:
         ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
                    body=body)
-        await self.w.sessions.publish_once(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
-                                           [(seq, encode(ev))], bus.EVENT_STREAM_MAXLEN)
+        data = encode(ev)
+        await self._through(lambda: self.w.sessions.publish_once(
+            self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))

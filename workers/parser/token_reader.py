@@ -15,6 +15,10 @@ Contracts:
 * **A turn ended elsewhere stops.**  A turn whose token end never comes (its decode job failed
   for good, a cancel, an expired record) is found by a sweep of the turns idle for ``sweep_s``
   and leaves with no error (``TurnParse.ended_elsewhere``).
+* **One server or a cluster.**  The read is a ``bus.WakeableRead``: one XREAD over every token log
+  and the wake stream on one server; on a cluster a tracked connection per master
+  (``runtime.tracked_reads``) with an in-process wake, and a master failing over holds its logs
+  until the replica that took over serves them.
 * **A failure is the turn's own.**  An exception in a turn's parse or ordered task fails that
   turn: ``parse`` raises it to the consumer.  Redis unreachable fails every turn of the read or
   the round trip that failed; their jobs stay pending and are taken over, replaying the turn
@@ -30,7 +34,6 @@ import time
 import redis.asyncio as aioredis
 
 from runtime import bus
-from runtime.consumer import REDIS_DOWN
 from workers.parser.turn_parse import Step, TurnParse
 
 log = logging.getLogger(__name__)
@@ -84,7 +87,7 @@ class TokenReader:
                 try:
                     await self._once()
                     await self._sweep()
-                except REDIS_DOWN as exc:
+                except bus.REDIS_DOWN as exc:
                     log.warning("parser: redis unavailable (%s); failing %d turns for a retry", exc, len(self.active))
                     self._fail_all(exc)
                     await asyncio.sleep(0.5)

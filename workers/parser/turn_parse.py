@@ -16,6 +16,9 @@ At the turn's end the parser -- the one stage that holds the turn's content and 
 the turn's assistant message (``Sessions.record_message``), tells the decoder which calls the
 turn made (``TurnParsed``, for its KV pin), then ends the session or hands the turn to the barrier.
 Calls of a tool the session was not given are reported ``tool_call.invalid`` (``unavailable``).
+
+A token chunk written twice (the decoder retried a write through a redis outage whose reply was
+lost: ``workers.decode.turn``) is taken once: chunks of an attempt carry seq 0, 1, ...
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class TurnParse:
         self.stream = keys.tokens(job.sid)
         self.after = job.after  # the last token-log entry taken
         self.seq = 0
+        self.next_chunk = 0  # token chunks of the attempt come with seq 0, 1, ...; a repeat is skipped
         self.calls: list[Call] = []
         self.content: list[str] = []
         self.reasoning: list[str] = []
@@ -123,6 +127,9 @@ class TurnParse:
             if not isinstance(tok, TokenChunk):
                 step.end = tok
                 break
+            if tok.seq < self.next_chunk:
+                continue  # written twice: the decoder retried a write whose reply was lost (a failover)
+            self.next_chunk = tok.seq + 1
             self._events(self.parser.feed(tok.text), step, t0=tok.t_emit)
         return step
 

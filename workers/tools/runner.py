@@ -26,8 +26,6 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 from arq.worker import Retry
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_tool_job, encode
@@ -101,7 +99,7 @@ class ToolRunner:
             return "undecodable"
         try:
             return await self.run(job, int(ctx.get("job_try", 1)))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except bus.REDIS_DOWN as exc:
             log.warning("sid=%s turn=%d call %d: redis unavailable (%s); retrying", job.sid, job.turn, job.index, exc)
             raise Retry(defer=RETRY_DEFER_S) from exc
         except Exception as exc:  # the job's outermost boundary: the call still gets a result

@@ -7,7 +7,8 @@
     any                    none         (none)     -      a plain request: decoded freely, as on any
                                                            server; the parser returns its text as
                                                            content, so it never returns a call
-                                                           (with an answer format: FORBIDDEN)
+                                                           (with an answer format, or grammar_plain=on:
+                                                           FORBIDDEN)
     "none"                 some         FORBIDDEN  -      (a session that keeps its tools rendered)
     "auto"                 some         ALLOWED    all    text is free; a call is held to its tool
     "required" / "any"     some         REQUIRED   all    the turn is calls (after reasoning)
@@ -73,21 +74,24 @@ def turn_constraint(cfg: Any, tools: list[dict[str, Any]] | None, params: dict[s
     params = dict(params or {})
     if continuation and normalize_choice(params.get("tool_choice")) != "none":
         params["tool_choice"] = "auto"
-    return constraint_for(cfg.tool_format, cfg.reasoning or None, tools, params, cfg.grammar_auto != "off")
+    return constraint_for(cfg.tool_format, cfg.reasoning or None, tools, params, cfg.grammar_auto != "off",
+                          cfg.grammar_plain == "on")
 
 
 def constraint_for(fmt: str, reasoning: str | None, tools: list[dict[str, Any]] | None,
-                   params: dict[str, Any] | None, constrain_auto: bool = True) -> Constraint | None:
+                   params: dict[str, Any] | None, constrain_auto: bool = True,
+                   constrain_plain: bool = False) -> Constraint | None:
     """The turn's constraint; None when nothing is constrained: no tools rendered (none offered, or
     a client API's ``tool_choice: "none"``, which renders none) and no answer format -- a plain
     request decodes as on any other server, and the parser returns its whole text as content,
-    never a call -- or ``auto`` with tools, switched off (``grammar_auto``)."""
+    never a call; ``constrain_plain`` (``grammar_plain=on``) holds it to text without call markup
+    instead -- or ``auto`` with tools, switched off (``grammar_auto``)."""
     params = params or {}
     specs = tuple(tool_spec(t) for t in tools or ())
     choice = normalize_choice(params.get("tool_choice"))
     answer = answer_schema(params.get("response_format") or params.get("text_format"))
     parallel = params.get("parallel_tool_calls", True) is not False
-    if not specs and answer is None:
+    if not specs and answer is None and not constrain_plain:
         return None
     if choice == "none" or not specs:
         calls, specs = Calls.FORBIDDEN, ()

@@ -1,0 +1,267 @@
+"""Reads of many streams on a Redis Cluster: one tracked connection per master, woken by the server.
+
+On one server, a reader of many sessions' streams blocks in one XREAD over all of them.  On a
+cluster it cannot: a command may only name keys of one slot (``CROSSSLOT``, even when one node
+owns them all), and sessions' streams are spread over the 16384 slots.  So, per master::
+
+    reader    ── CLIENT TRACKING ON REDIRECT <listener> ── pipelined XREAD (no BLOCK) of its dirty streams
+    listener  ── SUBSCRIBE __redis__:invalidate ────────── "stream S changed" -> S dirty, ``read`` wakes
+
+Every XREAD arms tracking of its stream; the next write to it sends one invalidation (writes
+until the next read send no more: the server coalesces them).  ``ClusterReads.read`` returns
+the new entries of the dirty streams after the caller's cursors, or waits up to ``block_ms``
+for one to turn dirty; ``wake()`` ends that wait from this process (``runtime.bus.WakeableRead``:
+the caller has new streams to pass in).  Nothing needs configuring on the servers (no keyspace
+notifications).
+
+Invariants:
+
+* a stream is dirty from the moment it is first passed in until it is read, and its mark is
+  cleared *before* its read is sent, so a write while the read is in flight marks it again:
+  no wake is lost;
+* a read that returns ``count`` entries leaves its stream dirty (there may be more);
+* a master that fails (its reader or listener errors: it died, a failover is under way) is
+  dropped; its streams are held for ``RETRY_S``, then the slot map is refreshed and they are
+  read on whichever master serves them now (the replica that took over);
+* a read redirected by MOVED/ASK (the slot moved) is done again through the cluster client,
+  which follows the redirection and updates its slot map; the stream stays dirty so that its
+  next read arms tracking on its new master;
+* every ``sweep_s`` every stream is read once, whatever the wakes (a backstop).
+
+Cursors are the caller's, so dropping a connection never loses a position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import AskError, ResponseError, TryAgainError
+
+from runtime import cluster
+
+log = logging.getLogger(__name__)
+
+INVALIDATE = b"__redis__:invalidate"
+RETRY_S = 0.2
+Rows = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+def _rows(reply: Any) -> Rows:
+    """The entries of a one-stream XREAD reply (raw RESP2)."""
+    if not reply:
+        return []
+    _, entries = reply[0]
+    return [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
+            for eid, flat in entries]
+
+
+class NodeLink:
+    """The reader and listener connections to one master (see the module doc)."""
+
+    def __init__(self, node: ClusterNode, on_keys: Callable[[list[bytes] | None], None],
+                 on_lost: Callable[[str], None]) -> None:
+        self.node, self.on_keys, self.on_lost = node, on_keys, on_lost
+        self.reader = node.connection_class(**node.connection_kwargs)
+        self.listener = node.connection_class(**node.connection_kwargs)
+        self._task: asyncio.Task | None = None
+
+    async def open(self) -> None:
+        await self.listener.connect()
+        await self.listener.send_command("CLIENT", "ID")
+        listener_id = await self.listener.read_response()
+        await self.listener.send_command("SUBSCRIBE", INVALIDATE)
+        await self.listener.read_response()
+        await self.reader.connect()
+        await self.reader.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", listener_id)
+        await self.reader.read_response()
+        self._task = asyncio.create_task(self._listen(), name=f"tracking-{self.node.name}")
+
+    async def _listen(self) -> None:
+        try:
+            while True:
+                msg = await self.listener.read_response()
+                if isinstance(msg, list) and len(msg) == 3 and msg[0] == b"message":
+                    self.on_keys(msg[2])  # None: the node was flushed, every key changed
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the connection's outermost loop: report, the owner reconnects
+            log.warning("tracked reads: listener of %s lost (%s)", self.node.name, exc)
+            self.on_lost(self.node.name)
+
+    async def read(self, streams: dict[str, str], count: int) -> list[Any]:
+        """One round trip: an XREAD per stream after its cursor; each reply, or its error."""
+        cmds = [("XREAD", "COUNT", count, "STREAMS", s, c) for s, c in streams.items()]
+        await self.reader.send_packed_command(self.reader.pack_commands(cmds))
+        out: list[Any] = []
+        for _ in cmds:
+            try:
+                out.append(await self.reader.read_response())
+            except ResponseError as exc:  # MOVED, ASK, TRYAGAIN: this stream only
+                out.append(exc)
+        return out
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for conn in (self.reader, self.listener):
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+
+
+class ClusterReads:
+    """``read(streams, count, block_ms)`` over a cluster (see the module doc); for one task."""
+
+    def __init__(self, r: RedisCluster, sweep_s: float = 5.0) -> None:
+        self.r, self.sweep_s = r, sweep_s
+        self._links: dict[str, NodeLink] = {}
+        self._known: set[str] = set()
+        self._dirty: set[str] = set()
+        self._held: set[str] = set()  # streams of a failed master, until ``_retry_at``
+        self._retry_at = 0.0
+        self._stale = False  # the slot map must be refreshed before routing
+        self._next_sweep = time.monotonic() + sweep_s
+        self._woken = asyncio.Event()
+
+    async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, Rows]]:
+        """New entries of ``streams`` (name -> cursor) after their cursors; waits up to ``block_ms``."""
+        self._track(streams)
+        await self._wait(block_ms / 1000)
+        self._woken.clear()
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._dirty |= self._known
+            self._next_sweep = now + self.sweep_s
+        if self._held and now >= self._retry_at:
+            self._dirty |= self._held
+            self._held.clear()
+        todo = {s: streams[s] for s in self._dirty if s in streams}
+        self._dirty.clear()
+        return await self._read_all(todo, count) if todo else []
+
+    def _track(self, streams: dict[str, str]) -> None:
+        new = streams.keys() - self._known
+        self._known = set(streams)
+        self._dirty |= new
+        self._held &= self._known
+
+    async def _wait(self, block_s: float) -> None:
+        if self._dirty:
+            return
+        if self._held:
+            block_s = min(block_s, max(0.0, self._retry_at - time.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(block_s):
+                await self._woken.wait()
+
+    def wake(self) -> None:
+        """End the wait of the read in progress (or make the next one return at once): the caller has
+        new streams to pass in."""
+        self._woken.set()
+
+    def _on_keys(self, changed: list[bytes] | None) -> None:
+        if changed is None:
+            self._dirty |= self._known
+        else:
+            self._dirty |= {k.decode() for k in changed} & self._known
+        if self._dirty:
+            self._woken.set()
+
+    def _on_lost(self, name: str) -> None:
+        """A listener failed: reconnect, and re-read everything once (that node's streams may have news)."""
+        self._drop(name)
+        self._dirty |= self._known
+        self._woken.set()
+
+    def _drop(self, name: str) -> None:
+        link = self._links.pop(name, None)
+        if link is not None:
+            asyncio.get_running_loop().create_task(link.close())
+        self._stale = True
+
+    async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
+        parts = await self._route(todo)
+        done = await asyncio.gather(*(self._read_node(node, part, count) for node, part in parts))
+        return [item for rows in done for item in rows]
+
+    async def _route(self, todo: dict[str, str]) -> list[tuple[ClusterNode, dict[str, str]]]:
+        """``todo`` split by the master serving each stream now (the slot map refreshed if stale)."""
+        try:
+            await self.r.initialize()  # a no-op once the client has its slot map
+            if self._stale:
+                await self.r.nodes_manager.initialize()
+                self._stale = False
+            nodes = self.r.nodes_manager
+            by_node: dict[str, tuple[ClusterNode, dict[str, str]]] = {}
+            for stream, cursor in todo.items():
+                node = nodes.get_node_from_slot(cluster.slot(stream))
+                by_node.setdefault(node.name, (node, {}))[1][stream] = cursor
+            return list(by_node.values())
+        except Exception as exc:  # no usable slot map now (a failover): hold everything, retry soon
+            self._hold(todo, f"slot map unavailable ({exc})")
+            return []
+
+    async def _read_node(self, node: ClusterNode, part: dict[str, str], count: int) -> list[tuple[str, Rows]]:
+        try:
+            link = await self._link(node)
+            replies = await link.read(part, count)
+        except Exception as exc:  # the node is unreachable (killed, failing over): hold its streams
+            self._drop(node.name)
+            self._hold(part, f"{node.name}: {exc}")
+            return []
+        out: list[tuple[str, Rows]] = []
+        for (stream, cursor), reply in zip(part.items(), replies, strict=True):
+            if isinstance(reply, (AskError, TryAgainError)):  # MOVED is an AskError too
+                log.info("tracked reads: %s redirected (%s); following it", stream, reply)
+                reply = await self._redirected(stream, cursor, count)
+            if isinstance(reply, Exception):
+                self._hold({stream: cursor}, f"{stream}: {reply}")
+                continue
+            rows = _rows(reply)
+            if len(rows) >= count:
+                self._dirty.add(stream)
+            if rows:
+                out.append((stream, rows))
+        return out
+
+    async def _redirected(self, stream: str, cursor: str, count: int) -> Any:
+        """Read a stream whose slot moved through the cluster client (it follows MOVED/ASK)."""
+        self._dirty.add(stream)  # read it again on its new master, which arms tracking there
+        self._woken.set()
+        try:
+            return await self.r.execute_command("XREAD", "COUNT", count, "STREAMS", stream, cursor)
+        except Exception as exc:
+            return exc
+
+    async def _link(self, node: ClusterNode) -> NodeLink:
+        link = self._links.get(node.name)
+        if link is None:
+            link = NodeLink(node, self._on_keys, self._on_lost)
+            try:
+                await link.open()
+            except BaseException:
+                await link.close()
+                raise
+            self._links[node.name] = link
+        return link
+
+    def _hold(self, part: dict[str, str], why: str) -> None:
+        log.warning("tracked reads: %d streams held for %.1f s: %s", len(part), RETRY_S, why)
+        self._held |= part.keys()
+        self._retry_at = time.monotonic() + RETRY_S
+        self._stale = True
+
+    @property
+    def connections(self) -> int:
+        """Connections held now: a reader and a listener per master."""
+        return 2 * len(self._links)
+
+    async def aclose(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        await asyncio.gather(*(link.close() for link in links))
