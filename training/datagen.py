@@ -153,7 +153,7 @@ class DialogueGen:
         kind = self.rng.choice(list(SMALLTALK))
         bodies, replies = SMALLTALK[kind]
         body = self.rng.choice([b for b in bodies if self._held_out(kind, b) == (self.split == "eval")] or bodies)
-        slots = {"city": self.values.city(), "restaurant": self.values.restaurant()}
+        slots = {"city": self.values.city(), "restaurant": self.values.restaurant(), "n": str(self.values.party())}
         template = self.rng.choice(pb.GREETINGS[:6]) + body + self.rng.choice(ENDINGS)
         return Exchange(self._message(template, slots), answer=self.rng.choice(replies))
 
@@ -165,7 +165,7 @@ class DialogueGen:
                 return follow
         x = self.rng.random()
         for weight, make in ((0.36, self.single), (0.2, lambda: self.multi(2)), (0.07, lambda: self.multi(3)),
-                             (0.07, self.multi_value), (0.08, self.dependent)):
+                             (0.07, self.multi_value), (0.06, self.dependent)):
             if x < weight:
                 return make()
             x -= weight

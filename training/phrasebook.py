@@ -25,9 +25,11 @@ def _x(forms: list[str], **parts: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-_W_VERB = ["check", "get", "tell me", "look up", "give me", "show me", "find out", "pull up", "fetch", "get me"]
+_W_VERB = ["check", "get", "tell me", "look up", "give me", "show me", "find out", "pull up", "fetch", "get me", "see",
+           "bring up", "report"]
 _W_OBJ = ["the weather", "the forecast", "the temperature", "the current weather", "the weather report",
-          "the conditions", "the weather forecast"]
+          "the conditions", "the weather forecast", "the outlook", "today's weather", "the current temperature",
+          "the temperatures"]
 _W_ASK = ["what's the weather like in {city}{when}", "how's the weather in {city}{when}",
           "what's the forecast for {city}{when}", "is it raining in {city}{when}", "is it cold in {city}{when}",
           "is it hot in {city}{when}", "how warm is it in {city}{when}", "how cold is it in {city}{when}",
@@ -36,36 +38,49 @@ _W_ASK = ["what's the weather like in {city}{when}", "how's the weather in {city
           "what are the conditions in {city}{when}", "what's the weather in {city}{when}",
           "what is the weather in {city}{when}", "how is the weather in {city}{when}",
           "will it snow in {city}{when}", "what will the weather be in {city}{when}",
-          "{when_lead}what's the weather in {city}", "in {city}, what's the weather{when}"]
+          "{when_lead}what's the weather in {city}", "in {city}, what's the weather{when}",
+          "how hot will it be in {city}{when}", "is it warm in {city}{when}", "what's it like outside in {city}{when}",
+          "what are the temperatures like in {city}{when}", "should I bring an umbrella to {city}{when}",
+          "is it nice out in {city}{when}", "any snow in {city}{when}", "is it windy in {city}{when}",
+          "what should I wear in {city}{when}", "how many degrees is it in {city}{when}", "is it freezing in {city}{when}"]
 _W_BARE = ["weather in {city}{when}", "{city} weather{when}", "forecast for {city}{when}", "{city} forecast{when}",
            "temperature in {city}{when}", "weather {city}{when}", "{city}: weather{when}", "weather for {city}{when}"]
 
-_B_VERB = ["book", "reserve", "get us", "get me", "grab us", "find us", "book me", "set up"]
+_B_VERB = ["book", "reserve", "get us", "get me", "grab us", "find us", "book me", "set up", "arrange", "organize",
+           "secure", "make"]
 _B_DO = ["{V} a table for {n} at {restaurant} at {time}", "{V} a table at {restaurant} for {n} at {time}",
          "{V} a table at {restaurant} at {time} for {n}", "{V} a table at {time} at {restaurant} for {n}",
          "{V} a table for {n} at {time} at {restaurant}", "{V} {restaurant} for {n} at {time}",
          "{V} a reservation at {restaurant} for {n} at {time}", "{V} a spot at {restaurant} for {n} at {time}",
-         "{V} a table at {restaurant}, {n}, {time}"]
+         "{V} a table at {restaurant}, {n}, {time}", "{V} a booking at {restaurant} for {n} at {time}",
+         "{V} dinner for {n} at {restaurant} at {time}", "{V} lunch at {restaurant} for {n} at {time}"]
 _B_ASK = ["can we get a table for {n} at {restaurant} at {time}", "can I book {restaurant} for {n} at {time}",
           "is there a table at {restaurant} for {n} at {time}", "could we eat at {restaurant} at {time}, {n}",
           "can you get us into {restaurant} at {time} for {n}", "any chance of a table at {restaurant} for {n} at {time}",
-          "can I reserve a table for {n} at {restaurant} at {time}"]
+          "can I reserve a table for {n} at {restaurant} at {time}",
+          "do they have a table at {restaurant} for {n} at {time}", "can you reserve {restaurant} at {time} for {n}",
+          "could you get {n} a table at {restaurant} at {time}", "is {restaurant} free at {time} for {n}"]
 _B_BARE = ["table for {n} at {restaurant} at {time}", "{restaurant}, {n}, {time}", "reservation at {restaurant}: {n}, {time}",
            "{restaurant} at {time} for {n}", "dinner at {restaurant}, {time}, {n}"]
 PARTY_NOUNS = ["{n}", "{n}", "{n} people", "{n} guests", "{n} persons", "a party of {n}", "{n} of us"]
 
 _T_VERB = ["check", "get", "tell me", "look up", "give me", "show me", "find out"]
-_T_OBJ = ["the time", "the local time", "the current time", "what time it is"]
+_T_OBJ = ["the time", "the local time", "the current time", "what time it is", "the clock", "the time of day"]
 _T_ASK = ["what time is it in {place}", "what's the time in {place}", "what's the local time in {place}",
           "what is the current time in {place}", "do you know the time in {place}", "how late is it in {place}",
           "what time is it now in {place}", "what's the clock saying in {place}", "what hour is it in {place}",
-          "in {place}, what time is it"]
+          "in {place}, what time is it", "is it morning in {place}", "is it night in {place}",
+          "what time do they have in {place}", "what's the clock in {place}", "what time is it there in {place}"]
 _T_BARE = ["time in {place}", "{place} time", "current time {place}", "local time in {place}", "time {place}",
            "clock for {place}"]
 
-_C_VERB = ["calculate", "compute", "work out", "evaluate", "solve", "figure out", "do", "add up"]
+_C_VERB = ["calculate", "compute", "work out", "evaluate", "solve", "figure out", "do", "add up", "total up", "tally",
+           "find the value of", "give me the result of", "help me calculate", "do the math for", "check my math:",
+           "do some arithmetic:", "crunch"]
 _C_ASK = ["what's {expr}", "what is {expr}", "how much is {expr}", "what does {expr} come to",
-          "what do you get for {expr}", "{expr} equals what", "what's the answer to {expr}", "whats {expr}"]
+          "what do you get for {expr}", "{expr} equals what", "what's the answer to {expr}", "whats {expr}",
+          "how much does {expr} make", "can you do {expr}", "what's the result of {expr}", "what does {expr} equal",
+          "do you know what {expr} is", "is {expr} a big number"]
 _C_BARE = ["{expr}", "{expr} = ?", "{expr}=?", "{expr} =", "calc {expr}", "math: {expr}"]
 CALC_WORDS = {"+": ["add {a} and {b}", "add {a} to {b}", "the sum of {a} and {b}", "sum {a} and {b}"],
               "-": ["subtract {b} from {a}", "take {b} away from {a}", "the difference between {a} and {b}"],
@@ -73,9 +88,11 @@ CALC_WORDS = {"+": ["add {a} and {b}", "add {a} to {b}", "the sum of {a} and {b}
               "/": ["divide {a} by {b}", "{a} split {b} ways", "the quotient of {a} and {b}"]}
 
 _S_VERB = ["search for", "search the web for", "look up", "google", "find", "find info on", "find me",
-           "search online for", "do a search for", "look for", "search"]
+           "search online for", "do a search for", "look for", "search", "browse for", "research", "check online for",
+           "search the internet for", "google up", "dig into"]
 _S_ASK = ["what can you find about {q}", "can you find anything on {q}", "what does the web say about {q}",
-          "any results for {q}", "what's out there on {q}"]
+          "any results for {q}", "what's out there on {q}", "can you look up {q}", "is there anything online about {q}",
+          "what do you find about {q}", "what does google say about {q}"]
 _S_BARE = ["search: {q}", "search {q}", "web search {q}", "{q} (search)", "info on {q}"]
 
 CORES: dict[str, dict[str, list[str]]] = {

@@ -3,7 +3,7 @@
 Resumable: rerunning the same command continues from ``<out>/ckpt.pt``.  Every checkpoint is
 also exported as a Hugging Face directory under ``<out>/snapshots/step-NNNNNN``.
 
-    python -m training.train --out .train/run1 --steps 14000
+    python -m training.train --out .train/run1 --steps 18000
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def save_checkpoint(out: Path, model: Qwen2, opt: torch.optim.Optimizer, step: i
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(".train/run1"))
-    ap.add_argument("--steps", type=int, default=14000)
+    ap.add_argument("--steps", type=int, default=18000)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--tokens-per-step", type=int, default=4096)

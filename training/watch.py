@@ -1,6 +1,6 @@
 """Follow a training run: a learning curve while it trains, then pick and ship the final checkpoint.
 
-    python -m training.watch --run .train/run1 --final-step 30000 --scale 0.5
+    python -m training.watch --run .train/run1 --final-step 18000 --scale 0.5
 
 While the run trains, each new snapshot is evaluated on a ``--scale`` fraction of the in-distribution
 and the harder evaluation sets and appended to ``<run>/curve.jsonl`` (the curve is reported, never
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, default=Path(".train/run1"))
     ap.add_argument("--dest", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--final-step", type=int, default=30000)
+    ap.add_argument("--final-step", type=int, default=18000)
     ap.add_argument("--scale", type=float, default=0.5, help="fraction of the evaluation sets for the curve")
     ap.add_argument("--candidates", type=int, default=4, help="newest snapshots the final pick is made from")
     ap.add_argument("--finalize", action="store_true", help="skip the curve: pick and ship now")
