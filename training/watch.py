@@ -7,7 +7,7 @@ and the harder evaluation sets and appended to ``<run>/curve.jsonl`` (the curve 
 used to pick).  When the snapshot of ``--final-step`` exists, the newest ``--candidates`` snapshots
 are scored on a separate selection set (in-distribution, another seed: never an evaluation set),
 the best is measured on every report (indist, harder, probe, legacy) and copied to ``--dest`` with
-its model card.  ``--finalize`` does only that last part, for a run that has already ended.
+its model card and the learning curve.  ``--finalize`` does only that last part, for a run that has already ended.
 """
 
 from __future__ import annotations
@@ -71,10 +71,12 @@ def pick(scores: dict[Path, float]) -> Path:
 
 
 def ship(snap: Path, row: dict, curve: list[dict], dest: Path) -> None:
+    """Copy the checkpoint to ``dest`` with its card and its learning curve (``curve.jsonl``)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_FILES:
         shutil.copy2(snap / name, dest / name)
     (dest / "README.md").write_text(build_card(dest, row, curve))
+    (dest / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
 
 
 def finalize(run: Path, dest: Path, candidates: int) -> dict:

@@ -67,5 +67,6 @@ def test_finalize_selects_on_the_selection_set_and_reports_the_eval_sets(tmp_pat
     assert record["snapshot"] == "step-003000" and record["row"]["harder"]["exact_args"] == 0.91
     assert json.loads((run / "final_eval.json").read_text())["snapshot"] == "step-003000"
     assert (dest / "model.safetensors").read_bytes() == (run / "snapshots/step-003000/model.safetensors").read_bytes()
+    assert (dest / "curve.jsonl").read_text() == ""  # this run has no curve rows
     card = (dest / "README.md").read_text()
     assert "| exact_args | 91.0 % | 91.0 % | ≥ 85 % |" in card and "[probe] 1/1" in card and "{{" not in card
