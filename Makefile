@@ -71,10 +71,10 @@ test-vllm: $(VLLM_VENV)/.installed
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
 
-# Retrain the bundled model from nothing (~2 h on one free core; resumable: rerun to continue).
+# Retrain the bundled model from nothing (~5 h on one free core; resumable: rerun to continue).
 # The trainer and the watcher each use one thread; the watcher ships the final pick to models/tiny-agent.
 TRAIN_RUN ?= .train/run1
-TRAIN_STEPS ?= 12000
+TRAIN_STEPS ?= 18000
 train: install           ## retrain models/tiny-agent (resumable), learning curve and final pick
 	$(PY) -m training.watch --run $(TRAIN_RUN) --final-step $(TRAIN_STEPS) --scale 0.5 & watcher=$$!; \
 	trap 'kill $$watcher 2>/dev/null' INT TERM; \

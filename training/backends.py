@@ -1,7 +1,8 @@
 """Pluggable greedy decoders for evaluation: ``torch`` (ours, KV cache), ``transformers``, ``native``.
 
 A backend completes a conversation: it returns the assistant turn's text, special tokens kept,
-ending in ``<|im_end|>`` when the model stopped by itself.
+ending in ``<|im_end|>`` when the model stopped by itself.  The system prompt lists ``tools``
+(by default the runtime's own list, ``SERVER_TOOLS``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from tokenizers import Tokenizer
 
 from training.export import EOS_ID, PAD_ID, load_hf_dir
 from training.template import render
-from training.tools_spec import TOOLS
+from training.tools_spec import SERVER_TOOLS
 
 EOS_TEXT = "<|im_end|>"
 
 
 class Backend(Protocol):
-    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int) -> str:
-        """Greedy assistant turn for ``messages`` (the demo tools in the system prompt)."""
+    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int,
+                 tools: list[dict[str, Any]] = SERVER_TOOLS) -> str:
+        """Greedy assistant turn for ``messages`` with ``tools`` in the system prompt."""
         ...
 
 
@@ -33,8 +35,9 @@ class _TokenBackend:
     def __init__(self, model_dir: Path) -> None:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 
-    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int) -> str:
-        prompt = self.tokenizer.encode(render(messages, TOOLS, add_generation_prompt=True)).ids
+    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int,
+                 tools: list[dict[str, Any]] = SERVER_TOOLS) -> str:
+        prompt = self.tokenizer.encode(render(messages, tools, add_generation_prompt=True)).ids
         return self.tokenizer.decode(self.generate(prompt, max_new_tokens), skip_special_tokens=False)
 
     def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]:
@@ -81,14 +84,15 @@ class NativeBackend:
         self.loop.run_until_complete(self.engine.start())
         self.ids = itertools.count()
 
-    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int) -> str:
-        return self.loop.run_until_complete(self._complete(messages, max_new_tokens))
+    def complete(self, messages: list[dict[str, Any]], max_new_tokens: int,
+                 tools: list[dict[str, Any]] = SERVER_TOOLS) -> str:
+        return self.loop.run_until_complete(self._complete(messages, max_new_tokens, tools))
 
-    async def _complete(self, messages: list[dict[str, Any]], max_new_tokens: int) -> str:
+    async def _complete(self, messages: list[dict[str, Any]], max_new_tokens: int, tools: list[dict[str, Any]]) -> str:
         from workers.decode.engine import GenerateRequest, SamplingParams
 
         rid = f"eval-{next(self.ids)}"
-        req = GenerateRequest(rid=rid, session=rid, messages=messages, tools=TOOLS,
+        req = GenerateRequest(rid=rid, session=rid, messages=messages, tools=tools,
                               params=SamplingParams(max_tokens=max_new_tokens, temperature=0.0))
         parts, reason = [], None
         async for delta in self.engine.generate(req):

@@ -1,4 +1,10 @@
-"""Multi-turn tool-use dialogues in the Qwen2.5 chat format, for training and held-out evaluation.
+"""Multi-turn tool-use dialogues in the Qwen2.5 chat format, for training and in-distribution evaluation.
+
+An exchange is one user message and what the assistant does about it: no tool (small talk), one
+round of one or more calls (single requests, pairs and triples of tools, several values for one
+tool), or two rounds where the second call needs the first results (dependent requests).  Every
+tool exchange ends with an answer quoting every result's key values.  Values and phrasing
+combinations are split by stable hashes; ``DialogueGen("eval", seed)`` draws only held-out ones.
 
 Usage: python -m training.datagen --split train --n 3 --seed 0   (prints rendered dialogues)
 """
@@ -11,33 +17,42 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from training import phrasings as ph
-from training.pools import CONDITIONS, NUMBER_WORDS, Pools
+from training import answers, compose
+from training import phrasebook as pb
+from training import requests as rq
+from training.results import Call, make_call
+from training.smalltalk import ENDINGS, KINDS as SMALLTALK
 from training.template import render
-from training.tools_spec import TOOLS
+from training.tools_spec import SERVER_TOOLS, TOOLS
+from training.values import Values, split_of
 
-TASKS = ("weather", "booking", "time", "calc", "search")
+FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 
 
 @dataclass
 class Exchange:
-    """One user message and what the assistant does about it."""
+    """One user message, the rounds of tool calls it needs (maybe none) and the final answer."""
 
     user: str
-    calls: list[dict[str, Any]] = field(default_factory=list)  # [{"name": ..., "arguments": {...}}]
-    results: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[list[Call]] = field(default_factory=list)
     answer: str = ""
-    keys: list[str] = field(default_factory=list)  # values the final answer must carry
     task: str = "none"
+
+    @property
+    def calls(self) -> list[Call]:
+        return [c for r in self.rounds for c in r]
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for r in self.rounds[-1:] for c in r for k in c.keys]
 
     def messages(self) -> list[dict[str, Any]]:
         msgs: list[dict[str, Any]] = [{"role": "user", "content": self.user}]
-        if self.calls:
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"type": "function", "function": c} for c in self.calls]})
-            msgs += [{"role": "tool", "content": json.dumps(r, ensure_ascii=False)} for r in self.results]
-        msgs.append({"role": "assistant", "content": self.answer})
-        return msgs
+        for r in self.rounds:
+            msgs.append({"role": "assistant", "content": None,
+                         "tool_calls": [{"type": "function", "function": c.as_call()} for c in r]})
+            msgs += [{"role": "tool", "content": c.content} for c in r]
+        return msgs + [{"role": "assistant", "content": self.answer}]
 
 
 class DialogueGen:
@@ -45,97 +60,115 @@ class DialogueGen:
 
     def __init__(self, split: str, seed: int) -> None:
         self.split, self.rng = split, random.Random(seed)
-        self.pools = Pools(split, self.rng)
+        self.values = Values(split, self.rng)
+        self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
-    # --- one request: (slot values, call, tool result, answer, answer keys) -------------------
-    def request(self, task: str, with_date: bool | None = None) -> tuple[dict[str, str], dict, dict, str, list[str]]:
-        return getattr(self, "_" + task)(with_date) if task == "weather" else getattr(self, "_" + task)()
+    # --- pieces -------------------------------------------------------------------------------
+    def _held_out(self, *parts: str) -> bool:
+        return split_of("|".join(parts)) == "eval"
 
-    def _weather(self, with_date: bool | None) -> tuple:
-        r, p = self.rng, self.pools
-        city = p.city()
-        with_date = r.random() < 0.35 if with_date is None else with_date
-        date = p.date()
-        args = {"city": city, "date": date} if with_date else {"city": city}
-        temp, cond = p.number(-15, 40), r.choice(CONDITIONS)
-        result = {"city": city, "date": date, "temperature": temp, "condition": cond}
-        answer = r.choice(["It's {t}°C and {k} in {c}.", "{c}: {k}, {t}°C.", "In {c} it is {k} with {t}°C.",
-                           "The forecast for {c} on {d} is {k} with {t}°C."])
-        return ({"city": city, "date": date}, {"name": "get_weather", "arguments": args}, result,
-                answer.format(t=temp, k=cond, c=city, d=date), [str(temp), cond])
+    def _form(self) -> str:
+        return self.rng.choices(FORMS, FORM_WEIGHTS)[0]
 
-    def _booking(self) -> tuple:
-        r, p = self.rng, self.pools
-        rest, n, time, bid = p.restaurant(), r.randint(1, 12), p.clock(), p.booking_id()
-        n_text = NUMBER_WORDS[n] if r.random() < 0.15 else str(n)
-        result = {"status": "confirmed", "booking_id": bid, "restaurant": rest, "party_size": n, "time": time}
-        answer = r.choice(["Your table for {n} at {r} is booked for {t}. Booking ID: {b}.",
-                           "Booked! {r} at {t} for {n} (confirmation {b}).",
-                           "Done: {r}, {t}, party of {n}. Your booking ID is {b}."])
-        return ({"restaurant": rest, "n": n_text, "time": time},
-                {"name": "book_restaurant", "arguments": {"restaurant": rest, "party_size": n, "time": time}},
-                result, answer.format(n=n, r=rest, t=time, b=bid), [bid, time])
+    def _template(self, req: rq.Request, form: str, suffix: str = "") -> str:
+        """A phrasing whose (form, core) combination belongs to this split."""
+        for _ in range(50):
+            t = rq.template(self.rng, req, form, suffix)
+            if self._held_out(t) == (self.split == "eval"):
+                return t
+        return t
 
-    def _time(self) -> tuple:
-        r, p = self.rng, self.pools
-        tz, now = p.timezone(), p.clock()
-        answer = r.choice(["It's {t} in {z}.", "The local time in {z} is {t}.", "In {z} it is now {t}."])
-        return ({"tz": tz}, {"name": "get_time", "arguments": {"timezone": tz}}, {"timezone": tz, "time": now},
-                answer.format(t=now, z=tz), [now])
+    def _message(self, template: str, slots: dict[str, str]) -> str:
+        return compose.noisy(self.rng, compose.fill(template, slots))
 
-    def _calc(self) -> tuple:
-        r = self.rng
-        expr, value = self.pools.expression()
-        answer = r.choice(["{e} = {v}.", "The result is {v}.", "That comes to {v}."])
-        return ({"expr": expr}, {"name": "calculator", "arguments": {"expression": expr}}, {"result": value},
-                answer.format(e=expr, v=value), [str(value)])
+    def _calls(self, reqs: list[rq.Request], live: bool) -> list[Call]:
+        return [make_call(q.tool, q.args, self.rng, live) for q in reqs]
 
-    def _search(self) -> tuple:
-        r, p = self.rng, self.pools
-        q = p.query()
-        titles = [p.title() for _ in range(r.choice([1, 2]))]
-        answer = r.choice(['The top result is "{t}".', 'I found "{t}".', 'Here is what I found: "{t}".'])
-        return ({"q": q}, {"name": "search", "arguments": {"query": q}},
-                {"results": [{"title": t} for t in titles]}, answer.format(t=titles[0]), [titles[0]])
+    def _requests(self, kinds: list[str]) -> list[rq.Request]:
+        lower = self.rng.random() < 0.06
+        return [rq.draw(k, self.values, lower) for k in kinds]
+
+    def _tool_exchange(self, reqs: list[rq.Request], template: str, task: str) -> Exchange:
+        slots = {k: v for i, q in enumerate(reqs) for k, v in rq.slots(q, str(i + 1) if i else "").items()}
+        calls = self._calls(reqs, live=self.rng.random() < self.p_live)
+        return Exchange(self._message(template, slots), [calls], answers.answer(self.rng, calls), task)
 
     # --- exchanges ----------------------------------------------------------------------------
-    def single(self, task: str | None = None) -> Exchange:
-        task = task or self.rng.choice(TASKS)
-        slots, call, result, answer, keys = self.request(task)
-        kind = "weather_date" if task == "weather" and "date" in call["arguments"] else task
-        user = ph.single(self.rng, self.split, kind).format(**slots)
-        return Exchange(user, [call], [result], answer, keys, task)
+    def single(self, kind: str | None = None) -> Exchange:
+        req = self._requests([kind or self.rng.choice(rq.KINDS)])[0]
+        form = self._form()
+        return self._tool_exchange([req], compose.wrap(self.rng, self._template(req, form), form), req.kind)
 
-    def parallel(self) -> Exchange:
-        r = self.rng
-        t1, t2 = ("weather", "booking") if r.random() < 0.4 else (r.choice(TASKS), r.choice(TASKS))
-        s1, c1, res1, a1, k1 = self.request(t1)
-        s2, c2, res2, a2, k2 = self.request(t2)
-        if c1 == c2:
-            return self.parallel()
-        kinds = ["weather_date" if t == "weather" and "date" in c["arguments"] else t for t, c in ((t1, c1), (t2, c2))]
-        template = ph.pair(r, self.split, kinds[0], kinds[1])
-        user = template.format(**s1, **{k + "2": v for k, v in s2.items()})
-        return Exchange(user, [c1, c2], [res1, res2], f"{a1} {a2}", k1 + k2, f"{t1}+{t2}")
+    def multi(self, n: int = 2) -> Exchange:
+        """Two or three requests for different tools in one message, answered in one round."""
+        kinds = self.rng.sample(rq.KINDS, n)
+        reqs = self._requests(kinds)
+        bodies = [(self._template(q, f, str(i + 1) if i else ""), f)
+                  for i, q in enumerate(reqs) for f in [self._form()]]
+        return self._tool_exchange(reqs, compose.join(self.rng, bodies), "+".join(sorted(kinds)))
 
-    def followup(self, task: str) -> Exchange:
-        slots, call, result, answer, keys = self.request(task, with_date=False)
-        return Exchange(ph.followup(self.rng, task).format(**slots), [call], [result], answer, keys, task)
+    def multi_value(self) -> Exchange:
+        """Several values for one tool: "the weather in Oslo and Rome"."""
+        kind = self.rng.choice(list(pb.MULTI_VALUE))
+        t = self.rng.choice(pb.MULTI_VALUE[kind])
+        n = 3 if "3}" in t else 2
+        reqs = [_plain(q) for q in self._requests([kind] * n)]
+        if len({json.dumps(q.args) for q in reqs}) < n:
+            return self.multi_value()
+        return self._tool_exchange(reqs, compose.wrap(self.rng, t, "ask"), "+".join([kind] * n))
+
+    def dependent(self) -> Exchange:
+        """Weather first, then a calculation on its results (Fahrenheit, difference, average)."""
+        kind = self.rng.choices(list(pb.SEQUENTIAL), [0.45, 0.4, 0.15])[0]
+        n = {"fahrenheit": 1, "difference": 2, "average": 3}[kind]
+        reqs = [_undated(q) for q in self._requests(["weather"] * n)]
+        if len({q.args["city"] for q in reqs}) < n:
+            return self.dependent()
+        slots = {k: v for i, q in enumerate(reqs) for k, v in rq.slots(q, str(i + 1) if i else "").items()}
+        user = self._message(compose.wrap(self.rng, self.rng.choice(pb.SEQUENTIAL[kind]), "ask"), slots)
+        weather = self._calls(reqs, live=True)
+        expr = answers.dependent_expression(kind, [c.result["temperature"] for c in weather])
+        calc = make_call("calculator", {"expression": expr}, self.rng)
+        return Exchange(user, [weather, [calc]], answers.dependent(self.rng, kind, weather, calc), f"seq:{kind}")
+
+    def followup(self, previous: Exchange) -> Exchange | None:
+        """A short follow-up on the previous exchange ("And in Oslo?"), or None if it had no tool."""
+        last = previous.calls[-1] if previous.calls else None
+        kind = {"get_weather": "weather", "get_time": "time", "calculator": "calc", "search": "search",
+                "book_restaurant": "booking"}.get(last.name) if last else None
+        if kind is None or previous.task.startswith("seq"):
+            return None
+        req, key = _plain(self._requests([kind])[0]), kind
+        if kind == "weather":
+            if self.rng.random() < 0.25:
+                key, req = "weather_tomorrow", rq.Request("weather", {**last.arguments, "date": "tomorrow"}, {})
+        elif kind == "booking":
+            key = self.rng.choice(["booking_n", "booking_time"])
+            changed = "party_size" if key == "booking_n" else "time"
+            req = rq.Request("booking", {**last.arguments, changed: req.args[changed]},
+                             {k: v for k, v in req.slots.items() if k == ("n" if key == "booking_n" else "time")})
+        return self._tool_exchange([req], self.rng.choice(pb.FOLLOWUPS[key]), kind)
 
     def smalltalk(self) -> Exchange:
-        kind = self.rng.choice(list(ph.SMALLTALK))
-        user, reply = ph.smalltalk(self.rng, self.split, kind)
-        user = user.format(city=self.pools.city(), restaurant=self.pools.restaurant())
-        return Exchange(user, answer=reply)
+        kind = self.rng.choice(list(SMALLTALK))
+        bodies, replies = SMALLTALK[kind]
+        body = self.rng.choice([b for b in bodies if self._held_out(kind, b) == (self.split == "eval")] or bodies)
+        slots = {"city": self.values.city(), "restaurant": self.values.restaurant(), "n": str(self.values.party())}
+        template = self.rng.choice(pb.GREETINGS[:6]) + body + self.rng.choice(ENDINGS)
+        return Exchange(self._message(template, slots), answer=self.rng.choice(replies))
 
     def exchange(self, previous: Exchange | None) -> Exchange:
         x = self.rng.random()
-        if previous is not None and previous.task in ph.FOLLOWUPS and x < 0.15:
-            return self.followup(previous.task)
-        if x < 0.55:
-            return self.single()
-        if x < 0.85:
-            return self.parallel()
+        if previous is not None and x < 0.12:
+            follow = self.followup(previous)
+            if follow is not None:
+                return follow
+        x = self.rng.random()
+        for weight, make in ((0.36, self.single), (0.2, lambda: self.multi(2)), (0.07, lambda: self.multi(3)),
+                             (0.07, self.multi_value), (0.06, self.dependent)):
+            if x < weight:
+                return make()
+            x -= weight
         return self.smalltalk()
 
     def dialogue(self, max_exchanges: int = 3) -> list[Exchange]:
@@ -145,14 +178,38 @@ class DialogueGen:
             out.append(self.exchange(out[-1] if out else None))
         return out
 
+    def tools(self, exchanges: list[Exchange]) -> list[dict[str, Any]]:
+        """The tool list of a dialogue's system prompt: the live one mostly, sometimes the 5 demo tools
+        or a subset of the live list that still holds every tool the dialogue calls."""
+        x = self.rng.random()
+        if x < 0.7:
+            return SERVER_TOOLS
+        if x < 0.85:
+            return TOOLS
+        used = {c.name for e in exchanges for c in e.calls}
+        return [t for t in SERVER_TOOLS if t["function"]["name"] in used or self.rng.random() < 0.5]
+
+
+def _undated(q: rq.Request) -> rq.Request:
+    return rq.Request("weather", {"city": q.args["city"]}, {"city": q.slots["city"]})
+
+
+def _plain(q: rq.Request) -> rq.Request:
+    """``q`` as a short slot filler: weather without a date, a calculation as its expression."""
+    if q.kind == "weather":
+        return _undated(q)
+    if q.words:
+        return rq.Request("calc", q.args, {"expr": q.args["expression"]})
+    return q
+
 
 def to_messages(exchanges: list[Exchange]) -> list[dict[str, Any]]:
     return [m for x in exchanges for m in x.messages()]
 
 
-def render_dialogue(exchanges: list[Exchange]) -> str:
+def render_dialogue(exchanges: list[Exchange], tools: list[dict[str, Any]] | None = None) -> str:
     """The training text of a dialogue: the whole conversation through the chat template."""
-    return render(to_messages(exchanges), TOOLS)
+    return render(to_messages(exchanges), SERVER_TOOLS if tools is None else tools)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     gen = DialogueGen(args.split, args.seed)
     for _ in range(args.n):
-        print(render_dialogue(gen.dialogue()))
+        d = gen.dialogue()
+        print(render_dialogue(d, gen.tools(d)))
     return 0
 
 

@@ -1,15 +1,12 @@
-"""Held-out evaluation of the tiny tool-calling model (``turnstream eval tiny``).
+"""Evaluation of the tiny tool-calling model (``turnstream eval tiny``), greedy decoding, four reports:
 
-Prompts use the eval value pools and eval-only phrasing combinations, so no value and no
-whole sentence was seen in training.  Greedy decoding; the backend is pluggable.
+  indist  the training generator's held-out values and phrasing combinations (in distribution)
+  harder  an evaluation-only template family with its own noise, held-out values, real tools
+  probe   26 hand-written everyday requests, run as full round trips with the real tools
+  legacy  the first model's 330 prompts (its phrasings, the 5-tool prompt, strict JSON equality)
 
-Metrics (each over the prompts it applies to):
-  well_formed    every <tool_call> block parses as {"name": str, "arguments": object}, at least one
-                 block, nothing else in the turn (prompts that need tools)
-  right_tool     the set of called tools is the expected one, or no call where none is needed
-  exact_args     the single call equals the expected call exactly (single-call prompts)
-  parallel_both  both calls of a two-call prompt are exactly right, in any order
-  answer_values  given the right calls and their results, the final answer contains every key value
+Metrics (``training/scoring.py``): well_formed, right_tool, exact_args, no_tool (small talk),
+answer_values, answer_grounded; each also per category (single, pair, triple, ...).
 """
 
 from __future__ import annotations
@@ -17,107 +14,41 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from training.backends import BACKENDS, Backend, make_backend
-from training.datagen import DialogueGen, Exchange, to_messages
+from training.evalsets import Item, indist, legacy
+from training.harder import harder
+from training.scoring import score
+from training.tools_spec import SERVER_TOOLS, TOOLS
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "tiny-agent"
-_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 MAX_NEW_TOKENS = 200
-METRICS = ("well_formed", "right_tool", "exact_args", "parallel_both", "answer_values")
-TARGETS = {"well_formed": 0.98, "right_tool": 0.95, "exact_args": 0.90, "parallel_both": 0.80, "answer_values": 0.80}
+METRICS = ("well_formed", "right_tool", "exact_args", "no_tool", "answer_values")
+TARGETS = {"harder": {"right_tool": 0.90, "exact_args": 0.85, "answer_values": 0.85, "no_tool": 0.95}}
+LEGACY_METRICS = ("well_formed", "right_tool", "exact_args", "parallel_both", "answer_values")
+_TOOL_LISTS = {"server": SERVER_TOOLS, "demo5": TOOLS}
 
 
-@dataclass
-class Item:
-    kind: str  # single | parallel | none | answer
-    task: str
-    messages: list[dict[str, Any]]
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
+def _context(item: Item) -> str:
+    return " ".join(m.get("content") or "" for m in item.messages)
 
 
-def _history(gen: DialogueGen) -> list[Exchange]:
-    return [gen.exchange(None)] if gen.rng.random() < 0.3 else []
-
-
-def build_items(seed: int = 0, n_single: int = 150, n_parallel: int = 60, n_none: int = 40,
-                n_answer: int = 80) -> list[Item]:
-    """The held-out prompts; 30 % carry one earlier exchange as history."""
-    gen = DialogueGen("eval", seed)
-    items: list[Item] = []
-    for i in range(n_single):
-        hist, x = _history(gen), gen.single(("weather", "booking", "time", "calc", "search")[i % 5])
-        items.append(Item("single", x.task, to_messages(hist) + x.messages()[:1], x.calls))
-    for _ in range(n_parallel):
-        hist, x = _history(gen), gen.parallel()
-        items.append(Item("parallel", x.task, to_messages(hist) + x.messages()[:1], x.calls))
-    for _ in range(n_none):
-        hist, x = _history(gen), gen.smalltalk()
-        items.append(Item("none", "none", to_messages(hist) + x.messages()[:1]))
-    for i in range(n_answer):
-        x = gen.parallel() if i % 4 == 3 else gen.single()
-        items.append(Item("answer", x.task, x.messages()[:-1], x.calls, x.keys))
-    return items
-
-
-def parse_calls(text: str) -> tuple[list[dict[str, Any]], bool]:
-    """The tool calls in an assistant turn, and whether the turn is well formed."""
-    calls, ok = [], True
-    for block in _CALL.findall(text):
-        try:
-            call = json.loads(block)
-        except json.JSONDecodeError:
-            ok = False
-            continue
-        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict)):
-            ok = False
-            continue
-        calls.append({"name": call["name"], "arguments": call["arguments"]})
-    rest = _CALL.sub("", text).replace("<|im_end|>", "").strip()
-    return calls, ok and bool(calls) and not rest and text.endswith("<|im_end|>")
-
-
-def _sorted_calls(calls: list[dict[str, Any]]) -> list[str]:
-    return sorted(json.dumps(c, sort_keys=True) for c in calls)
-
-
-def score(item: Item, text: str) -> dict[str, bool]:
-    """The metrics this item counts towards, each True or False."""
-    calls, well_formed = parse_calls(text)
-    names = sorted(c["name"] for c in calls)
-    if item.kind == "none":
-        return {"right_tool": not calls and "<tool_call>" not in text}
-    if item.kind == "answer":
-        return {"answer_values": "<tool_call>" not in text and all(k in text for k in item.keys)}
-    out = {"well_formed": well_formed, "right_tool": names == sorted(c["name"] for c in item.calls)}
-    if item.kind == "single":
-        out["exact_args"] = _sorted_calls(calls) == _sorted_calls(item.calls)
-    else:
-        out["parallel_both"] = _sorted_calls(calls) == _sorted_calls(item.calls)
-    return out
-
-
-def evaluate(backend: Backend, items: list[Item], progress: bool = True,
-             failures: list | None = None) -> dict[str, float]:
-    """Run every item greedily and return the rate of each metric (plus per-task exact_args)."""
+def evaluate(backend: Backend, items: list[Item], progress: bool = True, failures: list | None = None,
+             strict: bool = False) -> dict[str, float]:
+    """Run every item greedily; the rate of each metric, overall and per category (``metric/category``)."""
     hits: dict[str, list[bool]] = defaultdict(list)
     start = time.time()
     for i, item in enumerate(items, 1):
-        text = backend.complete(item.messages, MAX_NEW_TOKENS)
-        for metric, ok in score(item, text).items():
+        text = backend.complete(item.messages, MAX_NEW_TOKENS, _TOOL_LISTS[item.tools])
+        for metric, ok in score(item.kind, text, item.calls, item.keys, _context(item), strict).items():
             hits[metric].append(ok)
-            if metric in ("exact_args", "parallel_both", "answer_values", "right_tool"):
-                hits[f"{metric}/{item.task}"].append(ok)
+            hits[f"{metric}/{item.category}"].append(ok)
             if not ok and failures is not None:
-                failures.append((metric, item.messages[-1]["content"], item.calls, text))
+                failures.append((metric, item, text))
         if progress and (i % 20 == 0 or i == len(items)):
             print(f"\r  {i}/{len(items)} prompts, {time.time() - start:.0f}s", end="", file=sys.stderr, flush=True)
     if progress:
@@ -125,16 +56,53 @@ def evaluate(backend: Backend, items: list[Item], progress: bool = True,
     return {k: sum(v) / len(v) for k, v in sorted(hits.items())} | {"n": len(items)}
 
 
-def report(rates: dict[str, float]) -> str:
-    lines = []
-    for m in METRICS:
+def legacy_rates(rates: dict[str, float]) -> dict[str, float]:
+    """The legacy set's rates under the first evaluation's names (its right_tool counted small talk too)."""
+    n_call, n_none = 210, 40
+    right = (rates["right_tool"] * n_call + rates["no_tool"] * n_none) / (n_call + n_none)
+    return {"well_formed": rates["well_formed"], "right_tool": right, "exact_args": rates["exact_args/single"],
+            "parallel_both": rates["exact_args/parallel"], "answer_values": rates["answer_values"], "n": rates["n"]}
+
+
+def run_set(name: str, backend: Backend, seed: int = 0, scale: float = 1.0, progress: bool = True,
+            failures: list | None = None) -> dict[str, float]:
+    """The rates of one report (``indist``, ``harder`` or ``legacy``)."""
+    if name == "legacy":
+        return legacy_rates(evaluate(backend, legacy(), progress, failures, strict=True))
+    items = indist(seed, scale) if name == "indist" else harder(seed, scale)
+    return evaluate(backend, items, progress, failures)
+
+
+def report(name: str, rates: dict[str, float]) -> str:
+    targets = TARGETS.get(name, {})
+    lines = [f"[{name}] {rates.get('n', 0):.0f} prompts"]
+    for m in LEGACY_METRICS if name == "legacy" else METRICS:
         if m in rates:
-            mark = "ok" if rates[m] >= TARGETS[m] else "below"
-            lines.append(f"{m:15s} {rates[m] * 100:6.1f} %   target {TARGETS[m] * 100:.0f} %  {mark}")
-    detail = {k: v for k, v in rates.items() if "/" in k and "+" not in k and not k.startswith("right_tool")}
-    if detail:
-        lines.append("by task: " + ", ".join(f"{k} {v * 100:.0f}%" for k, v in detail.items()))
+            mark = "" if m not in targets else ("  ok" if rates[m] >= targets[m] else "  BELOW") + f" (target {targets[m] * 100:.0f} %)"
+            lines.append(f"  {m:15s} {rates[m] * 100:6.1f} %{mark}")
+    detail = {k: v for k, v in rates.items() if "/" in k and k.split("/")[0] in ("exact_args", "answer_values", "right_tool")}
+    if detail and name != "legacy":
+        lines.append("  by category: " + ", ".join(f"{k} {v * 100:.0f}%" for k, v in detail.items()))
     return "\n".join(lines)
+
+
+def probe_report(backend: Backend, verbose: bool) -> tuple[str, dict[str, float]]:
+    from training.probes import run_all
+
+    results = run_all(backend)
+    tool = [r for r in results if r.answer_ok is not None]
+    rates = {"right_tool": sum(r.right_tool for r in tool) / len(tool), "exact_args": sum(r.exact_args for r in tool) / len(tool),
+             "answer_ok": sum(bool(r.answer_ok) for r in tool) / len(tool),
+             "no_tool": sum(r.right_tool for r in results if r.answer_ok is None) / max(1, len(results) - len(tool)),
+             "n": len(results)}
+    lines = [f"[probe] {len(results)} hand-written requests, round trips with the real tools",
+             f"  right tools {sum(r.right_tool for r in tool)}/{len(tool)}, exact values {sum(r.exact_args for r in tool)}/{len(tool)}, "
+             f"answer quotes every result value {sum(bool(r.answer_ok) for r in tool)}/{len(tool)}, "
+             f"small talk without tools {sum(r.right_tool for r in results if r.answer_ok is None)}/{len(results) - len(tool)}"]
+    for r in results if verbose else []:
+        flags = "".join("+" if ok else "-" for ok in (r.right_tool, r.exact_args, r.answer_ok is not False))
+        lines.append(f"  {flags} {r.prompt!r}\n      " + "\n      ".join(t.replace("\n", " ") for t in r.transcript))
+    return "\n".join(lines), rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="Hugging Face model directory")
     ap.add_argument("--backend", default="torch", choices=sorted(BACKENDS))
+    ap.add_argument("--set", default="all", choices=["all", "indist", "harder", "probe", "legacy"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the default prompt counts")
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the indist/harder prompt counts")
     ap.add_argument("--json", type=Path, help="also write the rates here")
-    ap.add_argument("--failures", type=int, default=0, help="print this many failed prompts")
+    ap.add_argument("--failures", type=int, default=0, help="print this many failed prompts per set")
+    ap.add_argument("--verbose", action="store_true", help="print every probe's transcript")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if not (args.model / "config.json").exists():
@@ -154,16 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    s = args.scale
-    items = build_items(args.seed, int(150 * s), int(60 * s), int(40 * s), int(80 * s))
-    print(f"evaluating {args.model} with backend {args.backend} on {len(items)} held-out prompts", file=sys.stderr)
-    failures: list = []
-    rates = evaluate(make_backend(args.backend, args.model), items, not args.quiet, failures)
-    print(report(rates))
-    for metric, user, calls, text in random.Random(0).sample(failures, min(args.failures, len(failures))):
-        print(f"--- {metric}: {user!r}\n    expected {json.dumps(calls)}\n    got {text!r}")
+    backend = make_backend(args.backend, args.model)
+    names = ["indist", "harder", "probe", "legacy"] if args.set == "all" else [args.set]
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        if name == "probe":
+            text, out[name] = probe_report(backend, args.verbose)
+            print(text, flush=True)
+            continue
+        failures: list = []
+        out[name] = run_set(name, backend, args.seed, args.scale, not args.quiet, failures)
+        print(report(name, out[name]), flush=True)
+        for metric, item, text in random.Random(0).sample(failures, min(args.failures, len(failures))):
+            print(f"  --- {metric} [{item.category}]: {item.messages[-1].get('content')!r}\n"
+                  f"      expected {json.dumps(item.calls or item.keys, ensure_ascii=False)}\n      got {text!r}")
     if args.json:
-        args.json.write_text(json.dumps(rates, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
     return 0
 
 

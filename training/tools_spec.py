@@ -28,3 +28,20 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES: tuple[str, ...] = tuple(t["function"]["name"] for t in TOOLS)
+
+# What the runtime puts in the system prompt when a session names no tools: every built-in tool of
+# workers/tools/builtin.py, in the registry's order (the chat template shows names and parameters
+# only; a test checks this list renders exactly like the live registry's).
+SERVER_TOOLS: list[dict[str, Any]] = [
+    _tool("book_restaurant", "Book a table at a restaurant.",
+          {"restaurant": ("string", ""), "party_size": ("integer", ""), "time": ("string", "")},
+          ["restaurant", "party_size", "time"]),
+    _tool("calculator", "Evaluate an arithmetic expression.", {"expression": ("string", "")}, ["expression"]),
+    _tool("convert_time", "Convert a wall-clock time between time zones.",
+          {"time": ("string", ""), "from_timezone": ("string", ""), "to_timezone": ("string", "")},
+          ["time", "from_timezone", "to_timezone"]),
+    _tool("get_time", "Current date and time in a time zone.", {"timezone": ("string", "")}, ["timezone"]),
+    _tool("get_weather", "Weather forecast for a city.", {"city": ("string", ""), "date": ("string", "")}, ["city"]),
+    _tool("http_get", "Fetch a web page.", {"url": ("string", "")}, ["url"]),
+    _tool("search", "Search the web.", {"query": ("string", "")}, ["query"]),
+]

@@ -3,7 +3,7 @@
 Resumable: rerunning the same command continues from ``<out>/ckpt.pt``.  Every checkpoint is
 also exported as a Hugging Face directory under ``<out>/snapshots/step-NNNNNN``.
 
-    python -m training.train --out .train/run1 --steps 14000
+    python -m training.train --out .train/run1 --steps 18000
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from training.export import PAD_ID, save_hf_dir
 from training.model import ModelConfig, Qwen2
 from training.tokenizer import train_tokenizer
 
-BUCKETS = (160, 256, 384, 512)  # padded lengths; each step is one bucket of ~tokens_per_step tokens
+BUCKETS = (192, 320, 512, 768, 1024)  # padded lengths; each step is one bucket of ~tokens_per_step tokens
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.S)
 
 
@@ -41,11 +41,17 @@ def encode(tok: Tokenizer, text: str) -> tuple[list[int], list[bool]]:
     return enc.ids, mask
 
 
+def dialogue_text(gen: DialogueGen) -> str:
+    """One training dialogue, rendered with the tool list its system prompt shows."""
+    d = gen.dialogue()
+    return render_dialogue(d, gen.tools(d))
+
+
 def build_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
     if path.exists():
         return Tokenizer.from_file(str(path))
     gen = DialogueGen("train", seed=10**6)
-    tok = train_tokenizer((render_dialogue(gen.dialogue()) for _ in range(20000)), vocab_size)
+    tok = train_tokenizer((dialogue_text(gen) for _ in range(20000)), vocab_size)
     tok.save(str(path))
     return tok
 
@@ -59,7 +65,7 @@ class Batches:
         gen = DialogueGen("train", seed=seed - 1)
         counts = {t: 0 for t in BUCKETS}
         for _ in range(2000):
-            b = self.bucket(len(encode(tok, render_dialogue(gen.dialogue()))[0]))
+            b = self.bucket(len(encode(tok, dialogue_text(gen))[0]))
             if b:
                 counts[b] += 1
         # steps per bucket in proportion to dialogues per bucket / batch size: unbiased mix
@@ -75,7 +81,7 @@ class Batches:
         gen = DialogueGen("train", seed=rng.getrandbits(48))
         rows: list[tuple[list[int], list[bool]]] = []
         while len(rows) < self.sizes[length]:
-            ids, mask = encode(self.tok, render_dialogue(gen.dialogue()))
+            ids, mask = encode(self.tok, dialogue_text(gen))
             if self.bucket(len(ids)) == length:
                 rows.append((ids, mask))
         ids_t = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
@@ -116,7 +122,7 @@ def save_checkpoint(out: Path, model: Qwen2, opt: torch.optim.Optimizer, step: i
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(".train/run1"))
-    ap.add_argument("--steps", type=int, default=14000)
+    ap.add_argument("--steps", type=int, default=18000)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--tokens-per-step", type=int, default=4096)
@@ -124,6 +130,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=4.0)
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(args.out / "tokenizer.json", args.vocab_size)
     cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=args.hidden, num_hidden_layers=args.layers,
-                      intermediate_size=args.ffn)
+                      intermediate_size=args.ffn, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads)
     model = Qwen2(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step, elapsed = 0, 0.0

@@ -1,13 +1,13 @@
 """Follow a training run: a learning curve while it trains, then pick and ship the final checkpoint.
 
-    python -m training.watch --run .train/run1 --final-step 12000 --scale 0.5
+    python -m training.watch --run .train/run1 --final-step 18000 --scale 0.5
 
-While the run trains, each new snapshot is evaluated on a ``--scale`` fraction of the held-out
-evaluation set and appended to ``<run>/curve.jsonl`` (the curve is reported, never used to pick).
-When the snapshot of ``--final-step`` exists, the newest ``--candidates`` snapshots are scored on a
-separate selection set (``build_items(seed=1)``), the best is measured on the whole evaluation set
-(seed 0), and it is copied to ``--dest`` with its model card.  ``--finalize`` does only that last
-part, for a run that has already ended.
+While the run trains, each new snapshot is evaluated on a ``--scale`` fraction of the in-distribution
+and the harder evaluation sets and appended to ``<run>/curve.jsonl`` (the curve is reported, never
+used to pick).  When the snapshot of ``--final-step`` exists, the newest ``--candidates`` snapshots
+are scored on a separate selection set (in-distribution, another seed: never an evaluation set),
+the best is measured on every report (indist, harder, probe, legacy) and copied to ``--dest`` with
+its model card and the learning curve.  ``--finalize`` does only that last part, for a run that has already ended.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import torch
 
 from training.backends import TorchBackend
 from training.card import build_card
-from training.evaluate import DEFAULT_MODEL, METRICS, build_items, evaluate, report
+from training.evalsets import selection
+from training.evaluate import DEFAULT_MODEL, METRICS, evaluate, probe_report, report, run_set
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json")
-SELECTION_SEED = 1
+CURVE_SETS = ("indist", "harder")
 
 
 def overall(rates: dict) -> float:
@@ -44,12 +45,24 @@ def snapshots(run: Path) -> list[Path]:
     return sorted(snaps, key=lambda s: int(s.name[5:]))
 
 
-def evaluate_snapshot(snap: Path, items: list) -> dict:
+def train_state(snap: Path) -> dict:
     state = dict(line.split() for line in (snap / "train_state.txt").read_text().splitlines())
-    t = time.time()
-    rates = evaluate(TorchBackend(snap), items, progress=False)
-    return {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"]), **rates,
-            "eval_s": round(time.time() - t)}
+    return {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
+
+
+def curve_point(snap: Path, scale: float) -> dict:
+    """One learning-curve row: both sets at ``scale``."""
+    t, backend = time.time(), TorchBackend(snap)
+    row = train_state(snap) | {name: run_set(name, backend, 0, scale, progress=False) for name in CURVE_SETS}
+    return row | {"eval_s": round(time.time() - t)}
+
+
+def full_eval(snap: Path) -> dict:
+    """Every report on the shipped checkpoint: indist, harder, probe, legacy."""
+    backend = TorchBackend(snap)
+    row = train_state(snap) | {name: run_set(name, backend, progress=False) for name in ("indist", "harder", "legacy")}
+    row["probe_text"], row["probe"] = probe_report(backend, verbose=True)
+    return row
 
 
 def pick(scores: dict[Path, float]) -> Path:
@@ -58,62 +71,69 @@ def pick(scores: dict[Path, float]) -> Path:
 
 
 def ship(snap: Path, row: dict, curve: list[dict], dest: Path) -> None:
+    """Copy the checkpoint to ``dest`` with its card and its learning curve (``curve.jsonl``)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_FILES:
         shutil.copy2(snap / name, dest / name)
     (dest / "README.md").write_text(build_card(dest, row, curve))
+    (dest / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
 
 
 def finalize(run: Path, dest: Path, candidates: int) -> dict:
-    """Pick among the newest snapshots on the selection set, measure the pick on the eval set, ship it."""
+    """Pick among the newest snapshots on the selection set, measure the pick on every report, ship it."""
     snaps = snapshots(run)[-candidates:]
     if not snaps:
         raise SystemExit(f"no snapshots in {run / 'snapshots'}")
-    selection = build_items(SELECTION_SEED)
+    items = selection()
     scores = {}
     for snap in snaps:
-        scores[snap] = overall(evaluate(TorchBackend(snap), selection, progress=False))
+        scores[snap] = overall(evaluate(TorchBackend(snap), items, progress=False))
         print(f"selection {snap.name} overall {scores[snap]:.4f}", flush=True)
     best = pick(scores)
-    row = evaluate_snapshot(best, build_items(0))
+    row = full_eval(best)
     record = {"snapshot": best.name, "selection": {s.name: round(v, 4) for s, v in scores.items()}, "row": row}
-    (run / "final_eval.json").write_text(json.dumps(record, indent=2) + "\n")
+    (run / "final_eval.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     ship(best, row, sorted(read_curve(run), key=lambda r: r["step"]), dest)
-    print(f"shipped {best.name} to {dest}\n{report(row)}", flush=True)
+    print(f"shipped {best.name} to {dest}", flush=True)
+    for name in ("indist", "harder", "legacy"):
+        print(report(name, row[name]), flush=True)
+    print(row["probe_text"], flush=True)
     return record
+
+
+def follow(run: Path, final_step: int, scale: float) -> None:
+    """Append a curve row for the newest unevaluated snapshot until ``final_step``'s has one."""
+    done = {r["step"] for r in read_curve(run)}
+    while final_step not in done:
+        new = [s for s in snapshots(run) if int(s.name[5:]) not in done]
+        if not new:
+            time.sleep(20)
+            continue
+        snap = new[-1]  # only the newest: never fall behind the run
+        done.update(int(s.name[5:]) for s in new[:-1])
+        row = curve_point(snap, scale)
+        done.add(row["step"])
+        with (run / "curve.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"step {row['step']} " + " | ".join(
+            f"{name} " + " ".join(f"{m} {row[name].get(m, 0):.3f}" for m in METRICS) for name in CURVE_SETS)
+            + f" ({row['eval_s']}s)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, default=Path(".train/run1"))
     ap.add_argument("--dest", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--final-step", type=int, default=12000)
-    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the eval set for the curve")
+    ap.add_argument("--final-step", type=int, default=18000)
+    ap.add_argument("--scale", type=float, default=0.5, help="fraction of the evaluation sets for the curve")
     ap.add_argument("--candidates", type=int, default=4, help="newest snapshots the final pick is made from")
     ap.add_argument("--finalize", action="store_true", help="skip the curve: pick and ship now")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    if args.finalize:
-        finalize(args.run, args.dest, args.candidates)
-        return 0
-    items = build_items(0, int(150 * args.scale), int(60 * args.scale), int(40 * args.scale), int(80 * args.scale))
-    done = {r["step"] for r in read_curve(args.run)}
-    while True:
-        new = [s for s in snapshots(args.run) if int(s.name[5:]) not in done]
-        if not new:
-            if args.final_step in done:
-                finalize(args.run, args.dest, args.candidates)
-                return 0
-            time.sleep(20)
-            continue
-        snap = new[-1]  # only the newest: never fall behind the run
-        done.update(int(s.name[5:]) for s in new[:-1])
-        row = evaluate_snapshot(snap, items)
-        done.add(row["step"])
-        with (args.run / "curve.jsonl").open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(f"step {row['step']} " + " ".join(f"{m} {row.get(m, 0):.3f}" for m in METRICS)
-              + f" overall {overall(row):.3f} ({row['eval_s']}s)", flush=True)
+    if not args.finalize:
+        follow(args.run, args.final_step, args.scale)
+    finalize(args.run, args.dest, args.candidates)
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
-from training import phrasings as ph
 from training.datagen import DialogueGen, render_dialogue, to_messages
-from training.pools import REAL_CITIES, Pools, split_of
+from training.results import key_values
+from training.scripts import SCRIPTS
 from training.tools_spec import TOOL_NAMES
+from training.values import DEMO_VALUES, REAL_CITIES, Values, split_of
 
 
 def test_same_seed_same_dialogues() -> None:
@@ -18,35 +20,71 @@ def test_same_seed_same_dialogues() -> None:
 def test_value_pools_are_disjoint() -> None:
     draws = {}
     for split in ("train", "eval"):
-        p = Pools(split, random.Random(0))
-        draws[split] = {f: {str(getattr(p, f)()) for _ in range(300)}
-                        for f in ("city", "restaurant", "timezone", "query", "date", "clock", "booking_id")}
+        v = Values(split, random.Random(0))
+        draws[split] = {f: {str(getattr(v, f)()) for _ in range(300)}
+                        for f in ("city", "restaurant", "query", "date", "clock", "expression")}
     for field, eval_values in draws["eval"].items():
         assert not eval_values & draws["train"][field], field
-        assert all(split_of(v) == "eval" for v in eval_values)
-    assert not set(REAL_CITIES) & draws["eval"]["city"]
+        assert all(split_of(v) == "eval" for v in eval_values if v not in DEMO_VALUES)
+    assert {c for c in REAL_CITIES if split_of(c) == "eval" and c not in DEMO_VALUES} & draws["eval"]["city"]
 
 
-def test_eval_phrasings_never_appear_in_training() -> None:
-    for kind in ph.CLAUSES:
-        train, held_out = set(ph._singles(kind, "train")), set(ph._singles(kind, "eval"))
-        assert train and held_out and not train & held_out
-        for kind2 in ph.CLAUSES:
-            assert not set(ph._pairs(kind, kind2, "train")) & set(ph._pairs(kind, kind2, "eval"))
+def test_names_come_in_many_scripts() -> None:
+    v = Values("train", random.Random(5))
+    cities = [v.city() for _ in range(3000)]
+    non_ascii = [c for c in cities if not c.isascii()]
+    assert 0.2 < len(non_ascii) / len(cities) < 0.6
+    blocks = Counter(ord(ch) >> 8 for c in non_ascii for ch in c if ch.isalpha())  # Unicode blocks of 256
+    assert len(blocks) >= len(SCRIPTS) - 2  # Latin Extended, Cyrillic, Greek, CJK, Hangul, Arabic, ...
 
 
-def test_dialogues_call_known_tools_and_answers_carry_results() -> None:
+def test_dialogues_call_known_tools_and_answers_quote_every_key_value() -> None:
     gen = DialogueGen("train", 11)
-    for _ in range(200):
+    for _ in range(300):
         for x in gen.dialogue():
-            assert len(x.calls) == len(x.results)
-            assert all(c["name"] in TOOL_NAMES for c in x.calls)
-            assert all(k in x.answer for k in x.keys)
-            if x.calls:
-                assert x.keys and all(k in json.dumps(x.results, ensure_ascii=False) for k in x.keys)
+            for call in x.calls:
+                assert call.name in TOOL_NAMES
+                assert call.keys and all(k in call.content for k in call.keys)
+            assert all(k in x.answer for k in x.keys), (x.answer, x.keys)
+
+
+def test_every_kind_of_exchange_is_drawn() -> None:
+    gen = DialogueGen("train", 2)
+    tasks = Counter(x.task.split(":")[0] if ":" in x.task else len(x.calls) for _ in range(600) for x in gen.dialogue())
+    assert {0, 1, 2, 3, "seq"} <= set(tasks), tasks
+    pairs = {x.task for _ in range(3000) for x in [gen.multi(2)]}
+    assert len(pairs) == 10  # every pair of the five tools
+
+
+def test_dependent_requests_compute_on_the_first_results() -> None:
+    gen = DialogueGen("train", 8)
+    for _ in range(30):
+        x = gen.dependent()
+        weather, (calc,) = x.rounds
+        temps = [str(c.result["temperature"]) for c in weather]
+        assert calc.name == "calculator" and all(t in calc.arguments["expression"] for t in temps)
+        assert calc.keys[0] in x.answer
+
+
+def test_the_live_tool_list_dominates_and_subsets_keep_the_called_tools() -> None:
+    gen = DialogueGen("train", 4)
+    for _ in range(200):
+        d = gen.dialogue()
+        names = {t["function"]["name"] for t in gen.tools(d)}
+        assert {c.name for x in d for c in x.calls} <= names
 
 
 def test_messages_follow_openai_shape() -> None:
     msgs = to_messages(DialogueGen("train", 2).dialogue())
     assert msgs[0]["role"] == "user"
     assert {m["role"] for m in msgs} <= {"user", "assistant", "tool"}
+    for m in msgs:
+        if m["role"] == "tool" and m["content"][:1] == "{":
+            json.loads(m["content"])
+
+
+def test_key_values_of_the_live_shapes() -> None:
+    assert key_values("get_weather", {"city": "Oslo", "date": "today", "temperature": -3, "condition": "snowy"}) == ["-3", "snowy"]
+    assert key_values("calculator", "5555") == ["5555"]
+    assert key_values("get_time", {"timezone": "UTC", "datetime": "2026-12-01T10:57:32+00:00", "weekday": "Tuesday",
+                                   "utc_offset": "+0000"}) == ["10:57", "Tuesday"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.evaluate import build_items
+from training.evalsets import indist
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-agent"
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "config.json").exists(), reason="no model in models/tiny-agent")
@@ -19,7 +19,7 @@ def test_native_greedy_equals_transformers_and_ours() -> None:
     from training.backends import NativeBackend, TorchBackend, TransformersBackend
 
     torch.set_num_threads(1)
-    items = build_items(seed=3, n_single=4, n_parallel=2, n_none=1, n_answer=3)  # answers include tool turns
+    items = indist(seed=3, scale=0.04)  # every category once or more; answers include tool turns
     native = NativeBackend(MODEL_DIR)
     try:
         got = [native.complete(i.messages, 80) for i in items]

@@ -6,7 +6,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.pools import Pools
+from training.values import Values
 from training.tokenizer import SPECIAL_TOKENS
 
 VALUE = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZéü0123456789 /:_-'()*+.",
@@ -32,8 +32,9 @@ def test_a_value_has_the_same_tokens_in_prose_and_json(tokenizer, value: str) ->
 
 
 def test_pool_values_keep_their_tokens(tokenizer) -> None:
-    p = Pools("eval", random.Random(1))
-    for value in [p.city() for _ in range(50)] + [p.timezone() for _ in range(20)] + [p.expression()[0]]:
+    v = Values("eval", random.Random(1))
+    for value in [v.city() for _ in range(80)] + [v.restaurant() for _ in range(30)] + [v.zone() for _ in range(20)] + [
+            v.expression() for _ in range(10)]:
         ids = tokenizer.encode(value).ids
         assert all(_contains(tokenizer.encode(t).ids, ids) for t in _contexts(value))
 

@@ -1,4 +1,4 @@
-"""The final pick of a training run is made on the selection set and measured on the eval set."""
+"""The final pick of a training run is made on the selection set and measured on the evaluation sets."""
 
 from __future__ import annotations
 
@@ -36,26 +36,37 @@ def test_snapshots_are_ordered_by_step_and_skip_incomplete_ones(tmp_path: Path) 
     assert [s.name for s in watch.snapshots(tmp_path)] == ["step-000950", "step-003000", "step-012000"]
 
 
-def test_finalize_selects_on_seed_1_and_reports_seed_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_finalize_selects_on_the_selection_set_and_reports_the_eval_sets(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     run, dest = tmp_path / "run", tmp_path / "shipped"
     for step in (1000, 2000, 3000, 4000, 5000):
         _snapshot(run, step)
-    # Selection scores make step 3000 the pick; on the eval set step 5000 would look better, and
+    # Selection scores make step 3000 the pick; on the eval sets step 5000 would look better, and
     # must not matter. Step 1000 is outside the newest four and must not even be scored.
     selection = {3000: 0.9, 4000: 0.8, 5000: 0.7, 2000: 0.6}
-    eval_set = {3000: 0.91, 5000: 0.99}
-    seen: list[tuple[int, int]] = []
+    eval_sets = {3000: 0.91, 5000: 0.99}
+    scored, measured = [], []
     monkeypatch.setattr(watch, "TorchBackend", lambda snap: int(Path(snap).name[5:]))
-    monkeypatch.setattr(watch, "build_items", lambda seed=0, *a: seed)
+    monkeypatch.setattr(watch, "selection", lambda: "selection-set")
 
-    def fake_evaluate(step: int, seed: int, progress: bool = True) -> dict:
-        seen.append((step, seed))
-        return dict.fromkeys(watch.METRICS, (selection if seed == watch.SELECTION_SEED else eval_set)[step])
+    def fake_evaluate(step: int, items: str, progress: bool = True) -> dict:
+        assert items == "selection-set"
+        scored.append(step)
+        return dict.fromkeys(watch.METRICS, selection[step])
+
+    def fake_run_set(name: str, step: int, *a, **k) -> dict:
+        measured.append((name, step))
+        return dict.fromkeys(watch.METRICS, eval_sets[step]) | {"n": 10}
 
     monkeypatch.setattr(watch, "evaluate", fake_evaluate)
+    monkeypatch.setattr(watch, "run_set", fake_run_set)
+    monkeypatch.setattr(watch, "probe_report", lambda backend, verbose: ("[probe] 1/1", {"right_tool": 1.0}))
     record = watch.finalize(run, dest, candidates=4)
-    assert sorted(seen) == [(2000, 1), (3000, 0), (3000, 1), (4000, 1), (5000, 1)]
-    assert record["snapshot"] == "step-003000" and record["row"]["exact_args"] == 0.91
+    assert sorted(scored) == [2000, 3000, 4000, 5000]
+    assert measured == [("indist", 3000), ("harder", 3000), ("legacy", 3000)]
+    assert record["snapshot"] == "step-003000" and record["row"]["harder"]["exact_args"] == 0.91
     assert json.loads((run / "final_eval.json").read_text())["snapshot"] == "step-003000"
     assert (dest / "model.safetensors").read_bytes() == (run / "snapshots/step-003000/model.safetensors").read_bytes()
-    assert "| exact_args | 91.0 % |" in (dest / "README.md").read_text()
+    assert (dest / "curve.jsonl").read_text() == ""  # this run has no curve rows
+    card = (dest / "README.md").read_text()
+    assert "| exact_args | 91.0 % | 91.0 % | ≥ 85 % |" in card and "[probe] 1/1" in card and "{{" not in card
