@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", type=int, default=400)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--heldout-scale", type=float, default=1.0,
+                   help="share of the held-out harder eval's call prompts (training/harder.py) also run, 0: none")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     cases = build_cases(args.seed, args.cases)
@@ -116,6 +118,17 @@ def main(argv: list[str] | None = None) -> int:
             for mode in MODES for label, r in ((k, results[k][mode]) for k in ("before", "after"))]
     table = markdown_table(["tool_choice", "", "requests", "calls", "unoffered tool", "invalid arguments",
                             "cut by max_tokens", "no call", "requests with a call"], rows)
+    if args.heldout_scale > 0:
+        held = heldout_cases(args.heldout_scale)
+        progress(f"held-out eval: {len(held)} call prompts of the harder set, tool_choice auto, before and after")
+        results["heldout"] = {label: tally(held, generate(core_for(), [request(c, i, grammar, args.max_tokens)
+                                                                       for i, c in enumerate(held)]))["auto"]
+                              for label, grammar in (("before", False), ("after", True))}
+        h = results["heldout"]
+        table += "\n\nheld-out eval (harder set, call prompts, tool_choice auto)\n\n" + markdown_table(
+            ["", "requests", "calls", "unoffered tool", "invalid arguments", "cut by max_tokens"],
+            [[label, int(h[label]["requests"]), int(h[label]["calls"]), _pct(h[label]["unoffered_rate"]),
+              _pct(h[label]["invalid_args_rate"]), _pct(h[label]["truncated_rate"])] for label in ("before", "after")])
     problems = check(results)
     out = write_results("grammar", args.out, {"cases": args.cases, "seed": args.seed, "max_tokens": args.max_tokens,
                                               "model": str(MODEL), "results": results, "problems": problems}, table)
@@ -127,13 +140,24 @@ def check(results: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     """What the figures stand on happened: every mode ran requests, and with the grammar every
     required or named request that was not cut by max_tokens made a call (the grammar was
     applied).  Requests without tools are not held (the parser returns their text as content)."""
-    problems = [f"{label}: no {mode} request ran" for label, rows in results.items()
+    problems = [f"{label}: no {mode} request ran" for label, rows in results.items() if label != "heldout"
                 for mode, r in rows.items() if not r["requests"]]
+    if "heldout" in results and not results["heldout"]["after"]["calls"]:
+        problems.append("held-out eval: no call was made: nothing was measured")
     after = results["after"]
     problems += [f"after: {mode}: {int(after[mode]['no_call_finished'])} requests ended without a call (not cut "
                  "by max_tokens): the grammar was not applied"
                  for mode in ("required", "named") if after.get(mode, {}).get("no_call_finished", 0) > 0]
     return problems
+
+
+def heldout_cases(scale: float) -> list[Case]:
+    """The held-out harder eval's prompts that want calls, with the tool list each was asked with."""
+    from training.evaluate import _TOOL_LISTS
+    from training.harder import harder
+
+    return [Case(item.messages, _TOOL_LISTS[item.tools], "auto") for item in harder(seed=0, scale=scale)
+            if item.kind == "call"]
 
 
 def _plot(path: Path, results: dict[str, dict[str, dict[str, float]]]) -> None:
@@ -142,12 +166,16 @@ def _plot(path: Path, results: dict[str, dict[str, dict[str, float]]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    groups = [(m, lambda label, m=m: results[label][m]) for m in MODES]
+    if "heldout" in results:
+        groups.append(("held-out eval", lambda label: results["heldout"][label]))
     for ax, key, title in ((axes[0], "unoffered_rate", "calls of an unoffered tool"),
                            (axes[1], "invalid_args_rate", "calls with invalid arguments")):
         for k, label in enumerate(("before", "after")):
-            ax.bar([i + 0.4 * k for i in range(len(MODES))], [100 * results[label][m][key] for m in MODES], 0.4,
+            ax.bar([i + 0.4 * k for i in range(len(groups))], [100 * get(label)[key] for _, get in groups], 0.4,
                    label=f"{label} the grammar")
-        ax.set(xticks=[i + 0.2 for i in range(len(MODES))], xticklabels=list(MODES), ylabel="% of calls", title=title)
+        ax.set(xticks=[i + 0.2 for i in range(len(groups))], xticklabels=[g for g, _ in groups], ylabel="% of calls",
+               title=title)
     save_figure(fig, path, list(axes))
 
 

@@ -53,6 +53,44 @@ def curve_table(curve: list[dict]) -> str:
     return "\n".join([head, "|---|---|" + "---|" * len(CURVE_COLUMNS), *rows])
 
 
+GRAMMAR_RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "grammar.json"
+_GRAMMAR_START, _GRAMMAR_END = "<!-- grammar: turnstream bench grammar -->", "<!-- /grammar -->"
+
+
+def grammar_section(results_file: Path = GRAMMAR_RESULTS) -> str:
+    """Unoffered-tool and invalid-argument rates without and with the decoder's grammar, from the
+    latest ``turnstream bench grammar`` run (``bench/results/grammar.json``)."""
+    if not results_file.exists():
+        return f"{_GRAMMAR_START}\n(no `turnstream bench grammar` run yet)\n{_GRAMMAR_END}"
+    data = json.loads(results_file.read_text())
+    res = data["results"]
+    rows = []
+    if "heldout" in res:
+        for label in ("before", "after"):
+            r = res["heldout"][label]
+            rows.append(f"| held-out harder eval, call prompts, `auto` | {label} | {int(r['requests'])} | {int(r['calls'])} "
+                        f"| {_pct(r['unoffered_rate'])} | {_pct(r['invalid_args_rate'])} |")
+    for mode in ("required", "named", "auto"):
+        for label in ("before", "after"):
+            r = res[label][mode]
+            rows.append(f"| generated, unseen schemas, `{mode}` | {label} | {int(r['requests'])} | {int(r['calls'])} "
+                        f"| {_pct(r['unoffered_rate'])} | {_pct(r['invalid_args_rate'])} |")
+    return "\n".join([_GRAMMAR_START, f"Measured {data['time']} with `turnstream bench grammar` (greedy, native engine, "
+                      f"max {data['max_tokens']} tokens; \"before\" forces only a call's opener, \"after\" is the "
+                      "decoder's grammar):", "",
+                      "| prompts | | requests | calls | unoffered tool | invalid arguments |", "|---|---|---|---|---|---|",
+                      *rows, _GRAMMAR_END])
+
+
+def refresh_grammar(card: Path, results_file: Path = GRAMMAR_RESULTS) -> None:
+    """Rewrite the grammar section of an existing card from the latest results."""
+    text = card.read_text()
+    start, end = text.find(_GRAMMAR_START), text.find(_GRAMMAR_END)
+    if start < 0 or end < 0:
+        raise ValueError(f"{card}: no grammar section to refresh")
+    card.write_text(text[:start] + grammar_section(results_file) + text[end + len(_GRAMMAR_END):])
+
+
 def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str = "2-core AMD EPYC VM (x86_64, no GPU)") -> str:
     """README.md text for ``model_dir`` shipping the checkpoint described by ``row``."""
     c = json.loads((model_dir / "config.json").read_text())
@@ -68,9 +106,18 @@ def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str = "2
         "n_indist": row["indist"].get("n", "?"), "n_harder": row["harder"].get("n", "?"),
         "metrics_table": metrics_table(row), "categories_table": categories_table(row),
         "legacy_table": legacy_table(row), "probe": row.get("probe_text", "–"), "curve_n": n_curve,
-        "curve_table": curve_table(curve),
+        "curve_table": curve_table(curve), "grammar": grammar_section(),
     }
     text = _TEMPLATE.read_text()
     for key, value in fields.items():
         text = text.replace("{{" + key + "}}", str(value))
     return text
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["--refresh-grammar"]:
+        sys.exit("usage: python -m training.card --refresh-grammar [CARD]")
+    refresh_grammar(Path(sys.argv[2] if len(sys.argv) > 2 else Path(__file__).resolve().parent.parent
+                         / "models" / "tiny-agent" / "README.md"))
