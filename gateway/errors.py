@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import anthropic_errors
+from runtime import bus
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,20 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
         return ApiError(exc.status_code, detail, headers=dict(exc.headers or {})).response(request.url.path)
+
+    async def _broker_down(request: Request, exc: Exception) -> JSONResponse:
+        """Redis unreachable or a cluster master failing over: the request can be retried (nothing
+        was half-written that a retry would repeat: every write path is idempotent or one script)."""
+        log.warning("%s %s: redis unavailable: %s", request.method, request.url.path, exc)
+        return broker_unavailable(exc).response(request.url.path)
+
+    for exc_type in bus.REDIS_DOWN:
+        app.add_exception_handler(exc_type, _broker_down)
+
+
+def broker_unavailable(exc: Exception) -> ApiError:
+    return ApiError(503, f"the broker is unavailable ({str(exc)[:200]}); retry shortly", type="server_error",
+                    code="redis_unavailable", headers={"Retry-After": "1"})
 
 
 class ErrorBoundary:

@@ -29,3 +29,32 @@ async def test_sessions_survive_a_redis_restart(tmp_path) -> None:
     finally:
         stack.stop()
         server.cleanup()
+
+
+async def test_requests_while_redis_is_down_get_a_503_to_retry(tmp_path) -> None:
+    """Not a 500: the broker being away (a restart, a cluster master failing over) is a 503 with
+    Retry-After, in the API's error shape, and the same request works once it is back."""
+    import httpx
+
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendonly=True).start()
+    stack = make_stack(server.url)
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}], "replay": ["Hello."]}
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
+            assert (await http.post("/v1/sessions", json=body)).status_code == 201
+            await asyncio.to_thread(server.stop)
+            down = await http.post("/v1/sessions", json=body)
+            assert down.status_code == 503 and down.headers["retry-after"] == "1", down.text
+            assert down.json()["error"]["code"] == "redis_unavailable"
+            chat = await http.post("/v1/chat/completions", json={"model": "tiny-agent", **body})
+            assert chat.status_code == 503 and chat.json()["error"]["code"] == "redis_unavailable", chat.text
+            await asyncio.to_thread(server.start)
+            for _ in range(100):  # the gateway's clients reconnect on their next command
+                again = await http.post("/v1/sessions", json=body)
+                if again.status_code != 503:
+                    break
+                await asyncio.sleep(0.2)
+            assert again.status_code == 201, again.text
+    finally:
+        stack.stop()
+        server.cleanup()
