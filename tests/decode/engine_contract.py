@@ -224,7 +224,7 @@ async def a_constraint_holds_the_completion_to_its_grammar(case: Case) -> None:
     head = case.script.text[:case.script.text.index("<tool_call>")]
 
     async def run(tools: list[dict[str, Any]], **params: Any) -> str:
-        c = constraint_for("hermes", None, tools, params)
+        c = constraint_for("hermes", None, tools, params, constrain_plain=not tools)  # as grammar_plain=on
         req = dataclasses.replace(request(max_tokens=60), tools=tools or None, constraint=c)
         deltas = await collect(case.engine, req)
         text = text_of(deltas)
@@ -237,6 +237,7 @@ async def a_constraint_holds_the_completion_to_its_grammar(case: Case) -> None:
     assert named.startswith('<tool_call>\n{"name": "get_time", "arguments": ')
     for text in (await run([]), await run(TOOLS, tool_choice="none")):  # the script's call cannot begin
         assert text.startswith(head) and "<tool_call>" not in text
+    assert constraint_for("hermes", None, [], {}) is None  # grammar_plain=off (default): a plain request is free
     assert (await run(TOOLS)).startswith(head + "<tool_call>\n")  # auto: the offered call may begin
 
 

@@ -78,10 +78,11 @@ def cases() -> list[tuple[str, bool]]:
     return [(fmt, as_tokens) for fmt in CALLS for as_tokens in (True, False) if as_tokens or fmt != "harmony"]
 
 
-def violation(fmt: str, as_tokens: bool, params: dict, text: str, tools: list | None = TOOLS) -> str | None:
+def violation(fmt: str, as_tokens: bool, params: dict, text: str, tools: list | None = TOOLS,
+              plain: bool = False) -> str | None:
     markers = tuple(CALLS[fmt][1]) if as_tokens else ()
     comp, tok = compiler(markers)
-    c = constraint_for(fmt, None, tools, params)
+    c = constraint_for(fmt, None, tools, params, constrain_plain=plain)
     return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
 
 
@@ -119,11 +120,14 @@ def test_arguments_that_break_the_schema_are_refused(fmt: str, as_tokens: bool) 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())
 def test_without_tools_no_call_can_begin(fmt: str, as_tokens: bool) -> None:
+    """With tools and ``tool_choice: none`` no call can begin; without tools nothing is constrained by
+    default (the parser returns the text as content), and ``grammar_plain=on`` forbids calls there too."""
     text = "Sure, let me check. " + CALLS[fmt][0]
-    assert violation(fmt, as_tokens, {}, text, tools=[]) is not None
+    assert constraint_for(fmt, None, [], {}) is None
+    assert violation(fmt, as_tokens, {}, text, tools=[], plain=True) is not None
     assert violation(fmt, as_tokens, {"tool_choice": "none"}, text) is not None
     if fmt != "harmony":  # harmony's plain answer is a final-channel message
-        assert violation(fmt, as_tokens, {}, "Sure, the sea is wide [1, 2] {\"a\": 1}.", tools=[]) is None
+        assert violation(fmt, as_tokens, {}, "Sure, the sea is wide [1, 2] {\"a\": 1}.", tools=[], plain=True) is None
 
 
 @pytest.mark.parametrize("fmt,as_tokens", [c for c in cases() if c[0] != "harmony"])
@@ -146,7 +150,7 @@ def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> N
     call = CALLS["hermes"][0]
 
     def violation_of(reasoning: str, params: dict, text: str, tools: list = TOOLS) -> str | None:
-        c = constraint_for("hermes", reasoning, tools, params)
+        c = constraint_for("hermes", reasoning, tools, params, constrain_plain=not tools)  # grammar_plain=on
         return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
 
     thought = "<think>The user wants the weather; I call get_weather.</think>\n\n"

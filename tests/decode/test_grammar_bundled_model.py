@@ -11,6 +11,8 @@ it truncated (never a call), as for any model.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -25,15 +27,27 @@ pytestmark = pytest.mark.timeout(900)  # ~1-2 min on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
-def runs() -> list[tuple[Case, str, str]]:
+def generated() -> dict[str, list[tuple[Case, str, str]]]:
+    """Every case under the decoder's default grammar (tool-less requests decode freely,
+    ``grammar_plain=off``), and the tool-less cases again under ``grammar_plain=on``."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two intra-op threads on a busy 2-core machine made each step 30x slower
     try:
         cases = build_cases(17, 300, MODES)
-        outputs = generate(core_for(), [request(c, i, True, MAX_TOKENS) for i, c in enumerate(cases)])
+        plain = [c for c in cases if c.mode == "no_tools"]
+        reqs = [request(c, i, True, MAX_TOKENS) for i, c in enumerate(cases)]
+        reqs = [dataclasses.replace(r, constraint=None) if c.mode == "no_tools" else r for r, c in zip(reqs, cases)]
+        reqs += [request(c, len(cases) + i, True, MAX_TOKENS) for i, c in enumerate(plain)]  # held: no call markup
+        outputs = generate(core_for(), reqs)
     finally:
         torch.set_num_threads(threads)
-    return [(c, text, finish) for c, (text, finish) in zip(cases, outputs)]
+    runs = [(c, text, finish) for c, (text, finish) in zip(cases + plain, outputs)]
+    return {"default": runs[:len(cases)], "plain": runs[len(cases):]}
+
+
+@pytest.fixture(scope="module")
+def runs(generated) -> list[tuple[Case, str, str]]:
+    return generated["default"]
 
 
 def _of(runs: list[tuple[Case, str, str]], *modes: str) -> list[tuple[Case, str, str]]:
@@ -79,6 +93,13 @@ def test_a_request_without_tools_never_returns_a_call(runs) -> None:
         assert not turn.calls and not turn.invalid and turn.content == text, (case, text)
         wrote_calls += "<tool_call>" in text
     assert wrote_calls > 0  # the model does write call markup here: the parser is what keeps it text
+
+
+def test_grammar_plain_holds_a_request_without_tools_to_text(generated) -> None:
+    """``grammar_plain=on``: the same tool-less requests under the no-call grammar never write call markup."""
+    assert len(generated["plain"]) == 40
+    for case, text, _ in generated["plain"]:
+        assert "<tool_call>" not in text and "</tool_call>" not in text, (case, text)
 
 
 def test_the_judge_catches_what_the_grammar_prevents() -> None:
