@@ -99,8 +99,29 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def loss_fn(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The first CPU's feature flags (empty where /proc/cpuinfo is absent)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+    return set(line.partition(":")[2].split())
+
+
+def compute_dtype(precision: str, flags: set[str] | None = None) -> torch.dtype:
+    """The forward pass's dtype: ``bf16`` autocast where the CPU computes bf16 natively (AVX-512 BF16
+    or AMX); ``auto`` falls back to fp32 elsewhere -- on an AVX2-only CPU a bf16 matmul is emulated and
+    ~9x slower than fp32 (measured on this project's 2-core CI-class VM)."""
+    if precision != "auto":
+        return {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    flags = cpu_flags() if flags is None else flags
+    return torch.bfloat16 if flags & {"avx512_bf16", "amx_bf16"} else torch.float32
+
+
+def loss_fn(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+            dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
         logits = model(ids[:, :-1])
     target = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
@@ -137,6 +158,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ckpt-minutes", type=float, default=4.0)
     ap.add_argument("--keep", type=int, default=40, help="snapshots to keep")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                    help="bf16 autocast or fp32; auto: bf16 only where the CPU has native bf16 (AVX-512 BF16, AMX)")
     return ap.parse_args(argv)
 
 
@@ -158,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         step, elapsed = state["step"], state["elapsed"]
         print(f"resumed from step {step} ({elapsed / 60:.1f} min trained)", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"params {n_params} config {cfg.to_dict()} args {vars(args)}", flush=True)
+    dtype = compute_dtype(args.precision)
+    print(f"params {n_params} config {cfg.to_dict()} args {vars(args)} compute {dtype}", flush=True)
     batches = Batches(tok, args.seed, args.tokens_per_step)
     fwd = model if args.no_compile else torch.compile(model)
     t0, last_ckpt, losses, tokens = time.time() - elapsed, time.time(), [], 0
@@ -166,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         ids, mask = batches.get(step)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
-        loss = loss_fn(fwd, ids, mask)
+        loss = loss_fn(fwd, ids, mask, dtype)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -49,3 +49,30 @@ def test_same_seed_same_weights_and_a_resumed_run_equals_an_uninterrupted_one(tm
     resumed = _run(tmp_path / "c", tokenizer, 4)  # the same command with more steps continues from step 2
     assert all(torch.equal(whole[k], again[k]) for k in whole)
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+def test_bf16_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:
+    """On an AVX2-only CPU a bf16 matmul is emulated (~9x slower than fp32 here): auto picks fp32 there."""
+    avx2 = {"fpu", "sse4_2", "avx", "avx2", "fma"}
+    assert train.compute_dtype("auto", avx2) is torch.float32
+    assert train.compute_dtype("auto", avx2 | {"avx512f", "avx512_bf16"}) is torch.bfloat16
+    assert train.compute_dtype("auto", avx2 | {"amx_bf16", "amx_tile"}) is torch.bfloat16
+    assert train.compute_dtype("bf16", avx2) is torch.bfloat16 and train.compute_dtype("fp32", {"amx_bf16"}) is torch.float32
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    assert train.cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
+    assert train.cpu_flags(tmp_path / "absent") == set()
+
+
+def test_the_fp32_loss_is_the_plain_forward_pass(tokenizer) -> None:
+    torch.manual_seed(0)
+    model = train.Qwen2(train.ModelConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=1,
+                                          intermediate_size=64, num_attention_heads=2, num_key_value_heads=1))
+    ids, mask = Batches(tokenizer, 1, 512).get(0)
+    loss = train.loss_fn(model, ids, mask, torch.float32)
+    target = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+    logits = model(ids[:, :-1])
+    assert logits.dtype is torch.float32
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+    assert torch.equal(loss, want)
+    assert not torch.equal(train.loss_fn(model, ids, mask, torch.bfloat16), want)  # bf16 autocast differs
