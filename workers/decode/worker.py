@@ -103,7 +103,7 @@ class DecodeWorker:
     async def _claim(self, sid: str, turn: int) -> int | Done:
         """The attempt number if we now own the turn, else what to do with the job."""
         claimed = await self.sessions.claim_turn(sid, turn, self.me)
-        if claimed.claim is Claim.HELD_BY_ME and (sid, turn) not in self.running:
+        if claimed.claim is Claim.HELD_BY_ME:  # not running here (``_turn``): an attempt of ours that broke off
             log.info("sid=%s turn=%d resuming a turn this decoder dropped (redis was unavailable)", sid, turn)
             claimed = await self.sessions.claim_turn(sid, turn, self.me, dead_holder=self.me)
         if claimed.claim is Claim.HELD_BY_OTHER:
@@ -117,15 +117,19 @@ class DecodeWorker:
         return Done.LEAVE if claimed.claim is Claim.HELD_BY_OTHER else Done.ACK
 
     async def _turn(self, sid: str, turn: int, continuation: bool) -> Done:
-        """Generate turn ``turn`` unless the session is over or the turn is not ours to generate."""
-        info = await self.sessions.get(sid)
-        if info is None or not info.active:
+        """Generate turn ``turn`` unless the session is over or the turn is not ours to generate.  The
+        turn is marked running here before the first await: a duplicate job handled beside it (jobs
+        of one read run concurrently) is acked at once, never taken for an attempt that broke off."""
+        if (sid, turn) in self.running:
             return Done.ACK
-        attempt = await self._claim(sid, turn)
-        if isinstance(attempt, Done):
-            return attempt
         self.running.add((sid, turn))
         try:
+            info = await self.sessions.get(sid)
+            if info is None or not info.active:
+                return Done.ACK
+            attempt = await self._claim(sid, turn)
+            if isinstance(attempt, Done):
+                return attempt
             await TurnRun(self, info, turn, attempt, continuation).run()
         finally:
             self.running.discard((sid, turn))
