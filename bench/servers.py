@@ -95,6 +95,8 @@ def process_label(pid: int) -> str:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "exited"
+    if argv == [""]:  # a zombie (exited, not yet reaped) keeps its comm but no command line
+        return "exited"
     if "turnstream.cli" in argv:
         args = argv[argv.index("turnstream.cli") + 1:]
         return " ".join(args[:2] if args[:1] == ["worker"] else args[:1])

@@ -56,10 +56,19 @@ def test_tree_cpu_seconds_counts_the_children() -> None:
 def test_processes_are_named_by_what_they_run() -> None:
     from bench.servers import process_label
 
-    child = subprocess.Popen([sys.executable, "-m", "turnstream.cli", "worker", "decode", "--help"],
-                             stdout=subprocess.DEVNULL)
+    # a process whose command line reads as a decoder's, alive until killed
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; print(flush=True); time.sleep(60)",
+                              "-m", "turnstream.cli", "worker", "decode"], stdout=subprocess.PIPE)
     try:
-        label = process_label(child.pid)
+        child.stdout.readline()  # it runs its own command line now (not the forked parent's)
+        assert process_label(child.pid) == "worker decode"
+        assert process_label(os.getpid()) != "worker decode"
     finally:
-        child.wait()
-    assert label in ("worker decode", "exited")  # it may have printed its help and gone already
+        child.kill()
+        child.stdout.close()
+    deadline = time.monotonic() + 10
+    while process_label(child.pid) == "worker decode" and time.monotonic() < deadline:
+        time.sleep(0.05)  # the kill lands
+    assert process_label(child.pid) == "exited"  # a zombie: not reaped yet
+    child.wait()
+    assert process_label(child.pid) == "exited"
