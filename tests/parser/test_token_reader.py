@@ -147,3 +147,31 @@ async def test_a_failed_publish_fails_that_turn(r, reader: TokenReader) -> None:
     assert b.published == 1 and await r.lrange("out:s:b", 0, -1) == [b"b1"]
     await _add(r, "s:b", b"end")
     await asyncio.wait_for(runs[1], 5)
+
+
+async def test_a_failed_turns_ordered_step_does_not_release_its_retry(r, reader: TokenReader) -> None:
+    """Redis fails every turn while one's ordered step is still running; the retried job reads the
+    same log and is in its own ordered step when the old step ends: the old step must not mark the
+    log readable (the retry's later events would be published before its call, and its call then
+    dropped by the publish marks)."""
+    old = Turn("s:a", finish_s=0.6)
+    run_old = asyncio.create_task(reader.parse(old))
+    await _add(r, "s:a", b"call")
+    await asyncio.sleep(0.1)
+    assert reader.busy == {"s:a"}
+    reader._fail_all(ConnectionError("redis went away"))  # what the read loop does on an outage
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(run_old, 5)
+    retry = Turn("s:a", finish_s=1.0)
+    run_retry = asyncio.create_task(reader.parse(retry))
+    await asyncio.sleep(0.1)
+    assert retry.taken == [b"call"] and reader.busy == {"s:a"}  # the retry in its own ordered step
+    await _add(r, "s:a", b"x1")
+    await asyncio.sleep(0.7)  # the old step has ended meanwhile; the retry's has not
+    assert len(old.finished) == 1 and len(retry.finished) == 1
+    assert reader.busy == {"s:a"} and retry.taken == [b"call"]
+    assert await r.lrange("out:s:a", 0, -1) == []  # nothing of the retry published before its call's step ends
+    await asyncio.sleep(0.5)
+    assert retry.taken == [b"call", b"x1"] and await r.lrange("out:s:a", 0, -1) == [b"x1"]
+    await _add(r, "s:a", b"end")
+    await asyncio.wait_for(run_retry, 5)

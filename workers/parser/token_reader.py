@@ -97,15 +97,15 @@ class TokenReader:
             await self._read.close()
 
     async def _once(self) -> None:
-        streams = {s: t.after for s, t in self.active.items() if s not in self.busy and not t.done.done()}
+        reading = {s: t for s, t in self.active.items() if s not in self.busy and not t.done.done()}
         by_stream: dict[str, list[bus.Entry]] = {}
-        for entry in await self._read.read(streams):
+        for entry in await self._read.read({s: t.after for s, t in reading.items()}):
             by_stream.setdefault(entry.stream, []).append(entry)
         plain: list[tuple[TurnParse, Step]] = []
         for stream, entries in by_stream.items():
-            turn = self.active.get(stream)
-            if turn is None or stream in self.busy or turn.done.done():
-                continue  # left while the read was in flight: its cursor was not moved
+            turn = reading[stream]
+            if self.active.get(stream) is not turn or stream in self.busy or turn.done.done():
+                continue  # left (or replaced) while the read was in flight: read from its cursor, not the new one's
             try:
                 step = turn.take(entries)
             except Exception as exc:  # the turn's own failure (a parser bug): its job's boundary handles it
@@ -152,11 +152,17 @@ class TokenReader:
             if not turn.done.done():
                 turn.done.set_result(None)
             return
-        self.busy.discard(turn.stream)
+        self._release(turn)
         await self._read.wake()
 
+    def _release(self, turn: TurnParse) -> None:
+        """The log of ``turn`` is read again -- unless ``turn`` failed meanwhile and another turn of
+        the same log (its job's retry) took its place: that one's own ordered step holds the log."""
+        if self.active.get(turn.stream) is turn:
+            self.busy.discard(turn.stream)
+
     def _fail(self, turn: TurnParse, exc: BaseException) -> None:
-        self.busy.discard(turn.stream)
+        self._release(turn)
         if not turn.done.done():
             turn.done.set_exception(exc)
 
