@@ -177,10 +177,16 @@ class GroupReader:
                 self._inflight[i] = asyncio.create_task(self._read(streams))
         done, _ = await asyncio.wait(self._inflight.values(), return_when=asyncio.FIRST_COMPLETED)
         out: list[Entry] = []
+        error: BaseException | None = None
         for i, task in list(self._inflight.items()):
             if task in done:
                 del self._inflight[i]
-                out.extend(task.result())  # raises the read's error: the caller retries
+                if task.exception() is None:
+                    out.extend(task.result())
+                else:
+                    error = error or task.exception()
+        if error is not None and not out:
+            raise error  # the caller retries; entries another read took are handled first, never dropped
         return out
 
     async def _read(self, streams: list[str]) -> list[Entry]:

@@ -138,3 +138,22 @@ async def test_clients_pack_commands_in_c_and_every_value_round_trips(redis_url)
     with pytest.raises(DataError):
         await client.set("s:bad", None)  # type: ignore[arg-type]
     await client.aclose()
+
+
+async def test_a_failed_read_of_one_group_keeps_what_another_group_took(r) -> None:
+    """On a cluster the streams are read in several groups at once; entries one read took are in
+    this consumer's pending list, so an error from another read must not drop them."""
+    reader = bus.GroupReader(r, ["s:a", "s:b"], "g", "c", block_ms=100)
+    reader._groups = [["s:a"], ["s:b"]]  # as cluster.read_groups gives for streams of two slots
+    taken = [bus.Entry("s:a", "1-0", b"job")]
+
+    async def read(streams: list[str]) -> list[bus.Entry]:
+        if streams == ["s:a"]:
+            return taken
+        raise ConnectionError("the master of s:b went away")
+
+    reader._read = read  # type: ignore[method-assign]
+    assert await reader.read() == taken
+    reader._read = lambda streams: read(["s:b"])  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):  # with nothing taken, the error is the caller's to retry
+        await reader.read()
