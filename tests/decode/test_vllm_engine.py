@@ -16,7 +16,7 @@ from tests.decode.engine_contract import Case
 from tests.decode.scripted_model import Script, build_scripted_checkpoint
 from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
 from runtime.config import ConfigError, load_config
-from workers.decode.errors import EngineError, ModelLoadError
+from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
 from workers.decode.vllm_engine import VllmConfig, VllmEngine, template_messages  # noqa: E402
@@ -75,7 +75,7 @@ async def test_a_duplicate_live_request_id_is_refused(case: Case) -> None:
 
 async def test_vllm_errors_raise_engine_error(case: Case) -> None:
     too_long = engine_contract.request([{"role": "user", "content": "weather " * 3000}])
-    with pytest.raises(EngineError, match="vllm"):
+    with pytest.raises(RequestTooLarge, match="fits at most"):  # refused before vLLM sees it
         await engine_contract.collect(case.engine, too_long)
     with pytest.raises(EngineError, match="vllm"):
         await engine_contract.collect(case.engine, engine_contract.request(top_p=0.0))
