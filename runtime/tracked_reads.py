@@ -121,6 +121,7 @@ class ClusterReads:
     def __init__(self, r: RedisCluster, sweep_s: float = 5.0) -> None:
         self.r, self.sweep_s = r, sweep_s
         self._links: dict[str, NodeLink] = {}
+        self._closing: set[asyncio.Task] = set()  # links being closed after they failed
         self._known: set[str] = set()
         self._dirty: set[str] = set()
         self._held: set[str] = set()  # streams of a failed master, until ``_retry_at``
@@ -181,8 +182,10 @@ class ClusterReads:
 
     def _drop(self, name: str) -> None:
         link = self._links.pop(name, None)
-        if link is not None:
-            asyncio.get_running_loop().create_task(link.close())
+        if link is not None:  # closed in the background, kept referenced until done (and awaited by aclose)
+            task = asyncio.get_running_loop().create_task(link.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         self._stale = True
 
     async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
@@ -265,3 +268,4 @@ class ClusterReads:
     async def aclose(self) -> None:
         links, self._links = list(self._links.values()), {}
         await asyncio.gather(*(link.close() for link in links))
+        await asyncio.gather(*self._closing, return_exceptions=True)  # links dropped earlier: already lost

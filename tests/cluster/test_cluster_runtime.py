@@ -158,4 +158,5 @@ async def test_many_reader_recovers_lost_listeners(rc, valkey_cluster) -> None:
     stop.set()
     await follower
     await reader.aclose()
+    assert not reader._closing  # the lost links were closed, not left to the garbage collector
     assert sum(len(v) for v in got.values()) == 120
