@@ -10,9 +10,6 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-LOOPS = ("uvloop", "asyncio")
-
-
 def run(main: Coroutine[Any, Any, Any], loop: str = "uvloop") -> Any:
     """``asyncio.run(main)`` on the named loop (uvloop falls back to asyncio where it is not installed)."""
     if loop == "uvloop":

@@ -90,6 +90,15 @@ class ChatTokenizer:
         return self._compiled[name]
 
 
+def first_stop(text: str, stops: tuple[str, ...] | list[str]) -> tuple[int, str] | None:
+    """Start and text of the stop string complete first in ``text`` (smallest end; the longest on a tie)."""
+    hits = [(i + len(s), i, s) for s in stops if s and (i := text.find(s)) >= 0]
+    if not hits:
+        return None
+    _, start, s = min(hits)
+    return start, s
+
+
 class TextStream:
     """Text of one completion, token by token; ``stopped`` (and ``stop_sequence``, the string) once a
     stop string appeared.
@@ -127,7 +136,7 @@ class TextStream:
     def _release(self, buf: str, final: bool) -> str:
         if not self.stop:
             return buf
-        hit = self._first_stop(buf)
+        hit = first_stop(buf, self.stop)
         if hit is not None:
             cut, self.stop_sequence = hit
             self.stopped, self.pending = True, ""
@@ -135,14 +144,6 @@ class TextStream:
         keep = 0 if final else self._holdback(buf)
         self.pending = buf[len(buf) - keep:]
         return buf[:len(buf) - keep]
-
-    def _first_stop(self, buf: str) -> tuple[int, str] | None:
-        """Start and text of the stop string that is complete first (smallest end; the longest on a tie)."""
-        hits = [(i + len(s), i, s) for s in self.stop if (i := buf.find(s)) >= 0]
-        if not hits:
-            return None
-        _, start, s = min(hits)
-        return start, s
 
     def _holdback(self, buf: str) -> int:
         """Length of the longest suffix of ``buf`` that is a proper prefix of a stop string."""

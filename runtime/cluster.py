@@ -11,7 +11,7 @@ pipelines follow MOVED/ASK and failovers themselves.  Two things it cannot do ar
 * a command over keys of different slots is refused by the server (``CROSSSLOT``) even when
   one node owns them all, so a read of many streams is one read per slot (``by_slot``), or, for
   many sessions' streams, one tracked reader per node (``runtime.tracked_reads``);
-* SCAN and server statistics are per node: ``primaries`` lists the masters to ask.
+* SCAN is per node: the cluster client's ``scan_iter`` asks every master.
 
 On one server (a ``redis://`` URL) the same helpers see one node holding every slot.
 """
@@ -128,7 +128,3 @@ def read_groups(r: aioredis.Redis, keys: Iterable[str]) -> list[list[str]]:
     keys = list(keys)
     return list(by_slot(keys).values()) if is_cluster(r) else [keys]
 
-
-def primaries(r: object) -> list[object]:
-    """The masters to ask for per-node facts (SCAN, INFO); one server is its own only master."""
-    return list(r.get_primaries()) if is_cluster(r) else [r]  # type: ignore[attr-defined]

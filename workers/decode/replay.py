@@ -33,6 +33,7 @@ from typing import Any
 import jinja2
 from tokenizers import Tokenizer
 
+from runtime.chat_template import first_stop
 from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import GenerateDelta, GenerateRequest
 
@@ -279,8 +280,5 @@ class ReplayEngine:
 
 def _cut_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> tuple[str, str | None]:
     """``text`` before the stop string that completes first (the longest on a tie), and that string."""
-    hits = [(i + len(s), i, s) for s in stop if s and (i := text.find(s)) >= 0]
-    if not hits:
-        return text, None
-    _, start, s = min(hits)
-    return text[:start], s
+    hit = first_stop(text, stop)
+    return (text, None) if hit is None else (text[:hit[0]], hit[1])
