@@ -30,6 +30,8 @@ _ROOT = "urn:turnstream:tool-parameters"
 def check(schema: dict[str, Any]) -> None:
     """Raise ValueError (naming the problem) unless ``schema`` is usable (see the module doc)."""
     _check_size(schema)
+    if not isinstance(schema.get("$schema", ""), str):
+        raise ValueError("$schema must be a string: the URI of a JSON Schema dialect")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -78,6 +80,6 @@ def _check_refs(schema: dict[str, Any]) -> None:
         if isinstance(ref, str):
             try:
                 resolver.lookup(ref)
-            except Unresolvable:
+            except (Unresolvable, LookupError, TypeError, AttributeError, ValueError):  # a pointer through a value: 1["x"]
                 raise ValueError(f"$ref {ref[:200]!r} resolves to nothing in this schema") from None
         stack += [(v, resolver) for k, v in node.items() if k not in _DATA_KEYWORDS]

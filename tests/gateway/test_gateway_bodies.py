@@ -91,3 +91,25 @@ def test_a_ref_that_resolves_nowhere_is_a_400(http: httpx.Client) -> None:
     for ref in ("#/$defs/nope", "#/properties/x", "other.json", "https://example.com/schema.json"):
         for err in refusal(http, {"type": "object", "properties": {"at": {"$ref": ref}}}):
             assert err["param"] == "tools[0].function.parameters" and ref in err["message"], err
+
+
+HOSTILE_SCHEMAS = [  # each made jsonschema or referencing raise something other than a schema error: a 500
+    {"type": "object", "minProperties": 1, "properties": {"a": {"$ref": "#/minProperties/x"}}},  # 1["x"]
+    {"type": "object", "properties": {"a": True, "b": {"$ref": "#/properties/a/x"}}},  # True["x"]
+    {"type": "object", "required": ["b"], "properties": {"b": {"$ref": "#/required/0/x"}}},
+    {"$schema": 5, "type": "object"},
+    {"$schema": True, "type": "object"},
+]
+
+
+def test_schemas_that_break_the_checker_are_a_400_on_every_route(http: httpx.Client) -> None:
+    for parameters in HOSTILE_SCHEMAS:
+        for err in refusal(http, parameters):
+            assert err["param"] == "tools[0].function.parameters", err
+            assert "$ref" in err["message"] or "$schema" in err["message"], err
+        resp = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [
+            {"type": "function", "name": "f", "parameters": parameters}]})
+        assert resp.status_code == 400, resp.text
+        resp = http.post("/v1/messages", json={"model": MODEL, "max_tokens": 16, "messages": USER, "tools": [
+            {"name": "f", "input_schema": parameters}]})
+        assert resp.status_code == 400, resp.text
