@@ -71,7 +71,11 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
                            params={**plan.params, "max_tokens": max_tokens}, max_turns=1, meta=plan.meta,
                            mode=SessionMode.ONESHOT)
     sub = await state.relay.subscribe(sid, (0, 0), stop_turn=0)
-    await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
+    try:
+        await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
+    except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
+        state.relay.unsubscribe(sub)
+        raise
     return sid, sub
 
 
