@@ -140,6 +140,8 @@ class Subscription:
     async def _next(self, idle_s: float | None) -> object:
         if idle_s is None:
             return await self.queue.get()
+        if not self.queue.empty():  # no timer, task and future per event while events are waiting
+            return self.queue.get_nowait()
         try:
             return await asyncio.wait_for(self.queue.get(), idle_s)
         except TimeoutError:
@@ -168,12 +170,11 @@ class Relay:
     def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
                  block_ms: int = 5000, count: int = 512,
                  on_event: Callable[[str, Frame], None] | None = None) -> None:
-        self.r, self.reader = r, reader  # ``reader``: a client used by the reader task only
-        self.queue_size, self.block_ms, self.count = queue_size, block_ms, count
+        self.r = r  # ``reader``: a client used by the reader task only (through ``WakeableRead``)
+        self.queue_size = queue_size
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
-        self.wake_key = keys.gateway_wake(self.gateway_id)
-        self._read = bus.WakeableRead(reader, r, self.wake_key, count, block_ms)
+        self._read = bus.WakeableRead(reader, r, keys.gateway_wake(self.gateway_id), count, block_ms)
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
