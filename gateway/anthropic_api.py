@@ -20,7 +20,6 @@ first use) and counts its tokens.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -31,12 +30,13 @@ from fastapi.responses import JSONResponse
 
 from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
 from gateway.anthropic_format import MessageOptions, MessageStream
-from gateway.anthropic_plan import Prompt, plan_messages, prompt
+from gateway.anthropic_plan import plan_messages, prompt
+from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
 from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
-from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
+from runtime.chat_template import PromptError
 
 router = APIRouter(tags=["anthropic"])
 PING_S = 10.0
@@ -77,23 +77,10 @@ async def count_tokens(body: CountTokensRequest, request: Request, who: Caller) 
     """The prompt tokens a Messages request with this conversation, system prompt and tools would use."""
     state = request.app.state
     p = prompt(state.cfg, body)
-    tokenizer = await _tokenizer(state)
     try:
-        return {"input_tokens": await asyncio.to_thread(_count, tokenizer, p)}
+        n = await state.context.count(p.messages, p.tools)
     except PromptError as exc:
         raise ApiError(400, str(exc), code="invalid_value") from None
-
-
-def _count(tokenizer: ChatTokenizer, p: Prompt) -> int:
-    return len(tokenizer.encode(tokenizer.render(p.messages, p.tools or None, add_generation_prompt=True)))
-
-
-async def _tokenizer(state: Any) -> ChatTokenizer:
-    """The served model's tokenizer and chat template, loaded on first use (once per process)."""
-    if getattr(state, "chat_tokenizer", None) is None:
-        try:
-            state.chat_tokenizer = await asyncio.to_thread(ChatTokenizer.from_dir, state.cfg.model)
-        except (ModelFilesError, OSError, ValueError) as exc:
-            raise ApiError(501, f"count_tokens is unavailable: the gateway cannot read the model's tokenizer "
-                                f"({exc})", type="server_error", code="tokenizer_unavailable") from None
-    return state.chat_tokenizer
+    if n is None:
+        raise tokenizer_unavailable("count_tokens")
+    return {"input_tokens": n}

@@ -114,8 +114,7 @@ class ContextCheck:
         if limit is None:
             return max_tokens
         try:
-            async with self._meter_lock:
-                n = await asyncio.to_thread(self.meter.count, messages, tools, prefill)
+            n = await self.count(messages, tools, prefill)
         except PromptError as exc:
             raise ApiError(400, f"messages: {exc}", param="messages", code="invalid_prompt") from None
         if n is None:
@@ -123,6 +122,18 @@ class ContextCheck:
         if n >= limit or (sent and n + max_tokens > limit):
             raise too_long(limit, n, max_tokens if sent else None)
         return min(max_tokens, limit - n)
+
+    async def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "") -> int | None:
+        """The prompt's tokens off the event loop (``PromptMeter.count``: None without a tokenizer here;
+        ``PromptError`` when the template rejects the conversation)."""
+        async with self._meter_lock:
+            return await asyncio.to_thread(self.meter.count, messages, tools, prefill)
+
+
+def tokenizer_unavailable(route: str) -> ApiError:
+    """A 501: counting needs the served model's tokenizer, which this gateway cannot read."""
+    return ApiError(501, f"{route} is unavailable: the gateway cannot read the model's tokenizer",
+                    type="server_error", code="tokenizer_unavailable")
 
 
 def too_long(limit: int, prompt: int, completion: int | None) -> ApiError:

@@ -22,14 +22,13 @@ its response; a background one runs on, followed by this gateway.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
 from gateway.openai_api import check_model
 from gateway.responses_body import CreateResponse, ResponseInputs
@@ -41,7 +40,7 @@ from gateway.responses_read import current, owned, store_of
 from gateway.responses_run import ResponseRun, cancel_session, spawn_follower
 from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
-from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
+from runtime.chat_template import PromptError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
 
@@ -163,14 +162,9 @@ async def count_input_tokens(body: CountTokens, request: Request, who: Caller) -
         check_model(state.cfg, body.model)
     prompt = await build_prompt(state, body, who.key_id)
     try:
-        tok = await asyncio.to_thread(_tokenizer, state.cfg.model)
-        n = len(tok.encode(tok.render(prompt.messages, prompt.tools or None, add_generation_prompt=True)))
-    except (PromptError, ModelFilesError) as exc:
+        n = await state.context.count(prompt.messages, prompt.tools)
+    except PromptError as exc:
         raise ApiError(400, str(exc), param="input", code="invalid_prompt") from None
+    if n is None:
+        raise tokenizer_unavailable("input_tokens")
     return {"object": "response.input_tokens", "input_tokens": n}
-
-
-@functools.lru_cache(maxsize=2)
-def _tokenizer(model_dir: str) -> ChatTokenizer:
-    """The served model's tokenizer and template, loaded once per process."""
-    return ChatTokenizer.from_dir(model_dir)
