@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 from pathlib import Path
 
 from safetensors import safe_open
@@ -91,8 +93,50 @@ def refresh_grammar(card: Path, results_file: Path = GRAMMAR_RESULTS) -> None:
     card.write_text(text[:start] + grammar_section(results_file) + text[end + len(_GRAMMAR_END):])
 
 
-def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str = "2-core AMD EPYC VM (x86_64, no GPU)") -> str:
-    """README.md text for ``model_dir`` shipping the checkpoint described by ``row``."""
+def _threads_text(n: int | None) -> str:
+    return {None: "one thread", 1: "one thread", 2: "two threads"}.get(n, f"{n} threads")
+
+
+def reproduce_text(row: dict) -> str:
+    """How ``make train`` reproduces the run that made ``row``'s checkpoint, from its recorded schedules."""
+    threads = row.get("threads", 1)
+    flag = "" if threads == 1 else f" TRAIN_THREADS={threads}"
+    schedules = row.get("schedules")
+    if not schedules:
+        return "The shipped model is the output of one run of `make train` in a fresh clone."
+    if len(schedules) == 1:
+        return (f"The shipped model is the output of one run of `make train TRAIN_STEPS={schedules[0][1]}{flag}` "
+                "in a fresh clone.")
+    cmds = ", then ".join(f"`make train TRAIN_STEPS={steps}{flag}`" for _, steps in schedules)
+    switches = "; ".join(f"from step {start} the lr follows the {steps}-step run's cosine"
+                         for start, steps in schedules[1:])
+    return (f"The shipped model's run changed its schedule: {cmds}, on the same run directory (each resumes "
+            f"where the last stopped; {switches}, a warm restart). Each `make train` ships its own pick "
+            "here; the last one's is this model.")
+
+
+def machine_text(cpuinfo: str | None = None, cores: int | None = None) -> str:
+    """This machine's CPU as the card states it (the watcher builds the card beside the trainer):
+    ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    cores = cores or os.cpu_count() or 1
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
+        "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
+    name = fields.get("model name") or platform.processor() or "CPU"
+    return f"{cores}-core {name} ({platform.machine()}, {bf16}), no GPU"
+
+
+def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str | None = None) -> str:
+    """README.md text for ``model_dir`` shipping the checkpoint described by ``row``; ``hardware``
+    defaults to this machine's (``machine_text``)."""
+    hardware = hardware or machine_text()
     c = json.loads((model_dir / "config.json").read_text())
     size = (model_dir / "model.safetensors").stat().st_size
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
@@ -107,6 +151,9 @@ def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str = "2
         "metrics_table": metrics_table(row), "categories_table": categories_table(row),
         "legacy_table": legacy_table(row), "probe": row.get("probe_text", "–"), "curve_n": n_curve,
         "curve_table": curve_table(curve), "grammar": grammar_section(),
+        "threads_text": _threads_text(row.get("threads")),
+        "precision_text": "bf16 autocast" if row.get("precision", "bf16") == "bf16" else "fp32",
+        "reproduce": reproduce_text(row),
     }
     text = _TEMPLATE.read_text()
     for key, value in fields.items():

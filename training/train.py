@@ -127,17 +127,36 @@ def loss_fn(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
 
 
+def schedules_text(schedules: list[tuple[int, int]]) -> str:
+    """``0:6000,6000:11500``: each schedule's first step and its length (the cosine's end)."""
+    return ",".join(f"{start}:{steps}" for start, steps in schedules)
+
+
 def save_checkpoint(out: Path, model: Qwen2, opt: torch.optim.Optimizer, step: int, elapsed: float,
-                    tok: Tokenizer, keep: int) -> None:
+                    tok: Tokenizer, keep: int, run: dict) -> None:
+    """``run``: how the run trained so far -- ``schedules`` (list of (first step, steps)), ``threads``,
+    ``precision`` -- kept in the checkpoint and written beside each snapshot for the model card."""
     tmp = out / "ckpt.pt.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                "config": model.cfg.to_dict()}, tmp)
+                "config": model.cfg.to_dict(), "schedules": run["schedules"]}, tmp)
     tmp.replace(out / "ckpt.pt")
     snap = out / "snapshots" / f"step-{step:06d}"
     save_hf_dir(model, tok, snap)
-    (snap / "train_state.txt").write_text(f"step {step}\nelapsed_s {elapsed:.0f}\n")
+    (snap / "train_state.txt").write_text(
+        f"step {step}\nelapsed_s {elapsed:.0f}\nthreads {run['threads']}\nprecision {run['precision']}\n"
+        f"schedules {schedules_text(run['schedules'])}\n")
     for old in sorted((out / "snapshots").glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def resumed_schedules(saved: list | None, step: int, steps: int) -> list[tuple[int, int]]:
+    """The schedules after resuming at ``step`` with ``--steps steps``. A schedule ``(start, steps)``
+    means: from ``start`` on, the lr follows the cosine of a ``steps``-step run (``lr_at``). Rerunning
+    the same command continues its schedule; another ``--steps`` switches to that run's cosine from
+    here (a longer one is a warm restart), recorded so that the card can say how to reproduce it. A
+    checkpoint from before schedules were kept is taken to be the same command rerun."""
+    schedules = [tuple(s) for s in saved] if saved else [(0, steps)]
+    return schedules if schedules[-1][1] == steps else schedules + [(step, steps)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -173,15 +192,18 @@ def main(argv: list[str] | None = None) -> int:
                       intermediate_size=args.ffn, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads)
     model = Qwen2(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    step, elapsed = 0, 0.0
+    step, elapsed, schedules = 0, 0.0, [(0, args.steps)]
     if (args.out / "ckpt.pt").exists():
         state = torch.load(args.out / "ckpt.pt", weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
+        schedules = resumed_schedules(state.get("schedules"), step, args.steps)
         print(f"resumed from step {step} ({elapsed / 60:.1f} min trained)", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     dtype = compute_dtype(args.precision)
+    run = {"schedules": schedules, "threads": args.threads,
+           "precision": "bf16" if dtype == torch.bfloat16 else "fp32"}
     print(f"params {n_params} config {cfg.to_dict()} args {vars(args)} compute {dtype}", flush=True)
     batches = Batches(tok, args.seed, args.tokens_per_step)
     fwd = model if args.no_compile else torch.compile(model)
@@ -204,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"elapsed {el / 60:.1f}m tok/s {tokens / max(1e-9, el - elapsed):.0f}", flush=True)
             losses = []
         if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
-            save_checkpoint(args.out, model, opt, step, time.time() - t0, tok, args.keep)
+            save_checkpoint(args.out, model, opt, step, time.time() - t0, tok, args.keep, run)
             last_ckpt = time.time()
             print(f"checkpoint step {step}", flush=True)
     return 0

@@ -46,8 +46,17 @@ def snapshots(run: Path) -> list[Path]:
 
 
 def train_state(snap: Path) -> dict:
-    state = dict(line.split() for line in (snap / "train_state.txt").read_text().splitlines())
-    return {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
+    """The trainer's facts about a snapshot: step and seconds trained; threads, precision and lr
+    schedules where the trainer wrote them (snapshots from before it did have only the first two)."""
+    state = dict(line.split(maxsplit=1) for line in (snap / "train_state.txt").read_text().splitlines() if line)
+    row = {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
+    if "threads" in state:
+        row["threads"] = int(state["threads"])
+    if "precision" in state:
+        row["precision"] = state["precision"]
+    if "schedules" in state:
+        row["schedules"] = [[int(n) for n in part.split(":")] for part in state["schedules"].split(",")]
+    return row
 
 
 def curve_point(snap: Path, scale: float) -> dict:

@@ -49,6 +49,20 @@ def test_same_seed_same_weights_and_a_resumed_run_equals_an_uninterrupted_one(tm
     resumed = _run(tmp_path / "c", tokenizer, 4)  # the same command with more steps continues from step 2
     assert all(torch.equal(whole[k], again[k]) for k in whole)
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    # each snapshot says how it was trained; the card's reproduction line reads it
+    state = (tmp_path / "a" / "snapshots" / "step-000004" / "train_state.txt").read_text().splitlines()
+    assert state[0] == "step 4" and "threads 1" in state and "schedules 0:4" in state
+    assert any(line in ("precision fp32", "precision bf16") for line in state)
+    resumed_state = (tmp_path / "c" / "snapshots" / "step-000004" / "train_state.txt").read_text().splitlines()
+    assert "schedules 0:2,2:4" in resumed_state
+
+
+def test_a_longer_steps_on_resume_is_recorded_as_a_new_schedule() -> None:
+    assert train.resumed_schedules([[0, 6000]], 3000, 6000) == [(0, 6000)]  # rerun after an interruption
+    assert train.resumed_schedules([[0, 6000]], 6000, 11500) == [(0, 6000), (6000, 11500)]  # warm restart
+    assert train.resumed_schedules([[0, 6000], [6000, 11500]], 9000, 11500) == [(0, 6000), (6000, 11500)]
+    assert train.resumed_schedules(None, 3000, 6000) == [(0, 6000)]  # a checkpoint from before schedules
+    assert train.schedules_text([(0, 6000), (6000, 11500)]) == "0:6000,6000:11500"
 
 
 def test_bf16_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:

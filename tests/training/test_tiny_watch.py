@@ -70,3 +70,32 @@ def test_finalize_selects_on_the_selection_set_and_reports_the_eval_sets(tmp_pat
     assert (dest / "curve.jsonl").read_text() == ""  # this run has no curve rows
     card = (dest / "README.md").read_text()
     assert "| exact_args | 91.0 % | 91.0 % | ≥ 85 % |" in card and "[probe] 1/1" in card and "{{" not in card
+
+
+def test_train_state_reads_the_trainers_facts_and_older_snapshots(tmp_path: Path) -> None:
+    old = _snapshot(tmp_path, 950)
+    assert watch.train_state(old) == {"step": 950, "elapsed_s": 475.0}
+    new = _snapshot(tmp_path, 11500)
+    (new / "train_state.txt").write_text("step 11500\nelapsed_s 12000\nthreads 2\nprecision fp32\n"
+                                         "schedules 0:6000,6000:11500\n")
+    assert watch.train_state(new) == {"step": 11500, "elapsed_s": 12000.0, "threads": 2, "precision": "fp32",
+                                      "schedules": [[0, 6000], [6000, 11500]]}
+
+
+def test_the_card_says_how_make_train_reproduces_the_run() -> None:
+    from training.card import reproduce_text
+
+    assert "one run of `make train` in a fresh clone" in reproduce_text({})
+    assert "one run of `make train TRAIN_STEPS=18000` in" in reproduce_text({"threads": 1, "schedules": [[0, 18000]]})
+    text = reproduce_text({"threads": 2, "schedules": [[0, 6000], [6000, 11500]]})
+    assert "`make train TRAIN_STEPS=6000 TRAIN_THREADS=2`, then `make train TRAIN_STEPS=11500 TRAIN_THREADS=2`" in text
+    assert "from step 6000 the lr follows the 11500-step run's cosine" in text
+
+
+def test_the_card_names_the_machine_that_trained() -> None:
+    from training.card import machine_text
+
+    info = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n"
+    assert machine_text(info, 2).startswith("2-core Intel(R) Xeon(R) Processor (")
+    assert "native bf16: AMX), no GPU" in machine_text(info, 2)
+    assert "no native bf16" in machine_text("model name\t: AMD EPYC 7B13\nflags\t: fpu avx2\n", 2)
