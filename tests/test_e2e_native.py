@@ -122,8 +122,8 @@ def test_calls_name_only_offered_tools_and_no_tools_means_no_calls(stack_factory
 
 def test_grammar_plain_keeps_call_markup_out_of_a_plain_reply(stack_factory) -> None:
     """``grammar_plain=on``: a request without tools is held to text in which no call can begin (the
-    tiny model, trained on tools, writes call markup for this one when free)."""
-    story = [{"role": "user", "content": "Tell me a long story about the sea."}]
+    tiny model, trained on tools, writes a call for a request that needs one even when none was offered)."""
+    story = [{"role": "user", "content": "What's the weather in Paris today?"}]
     for plain_grammar, markup in (("off", True), ("on", False)):
         stack = stack_factory(engine="native", grammar_plain=plain_grammar)
         client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused")
