@@ -60,7 +60,8 @@ class MessageStream:
         self.opts = opts
         self.chat = ChatStream(ChatOptions(opts.message_id, opts.model, 0, opts.tool_id_base, opts.offer_tools,
                                            opts.named, opts.parallel, tools=opts.tools))
-        self.blocks: list[dict[str, Any]] = []  # content blocks as streamed; tool_use input as its JSON text
+        self.blocks: list[dict[str, Any]] = []  # content blocks as started (empty text, thinking, input)
+        self._pieces: list[list[str]] = []  # each block's streamed deltas, joined once by message()
         self.open: int | None = None  # index of the open block
         self._calls: dict[int, int] = {}  # returned call index -> block index
         self._space = ""  # whitespace held back while no text block is open
@@ -129,7 +130,8 @@ class MessageStream:
 
     def _begin(self, block: dict[str, Any]) -> list[dict[str, Any]]:
         self.open = len(self.blocks)
-        self.blocks.append({**block, "input": ""} if block["type"] == "tool_use" else dict(block))
+        self.blocks.append(dict(block))
+        self._pieces.append([])
         return [{"type": "content_block_start", "index": self.open, "content_block": block}]
 
     def _close(self) -> list[dict[str, Any]]:
@@ -139,9 +141,8 @@ class MessageStream:
         return [{"type": "content_block_stop", "index": index}]
 
     def _block_delta(self, delta: dict[str, Any]) -> dict[str, Any]:
-        block = self.blocks[self.open]  # type: ignore[index]
-        field, value = next((k, v) for k, v in delta.items() if k != "type")
-        block[{"partial_json": "input"}.get(field, field)] += value
+        value = next(v for k, v in delta.items() if k != "type")
+        self._pieces[self.open].append(value)  # type: ignore[index]  # a list: no copy of the block per delta
         return {"type": "content_block_delta", "index": self.open, "delta": delta}
 
     # ------------------------------------------------------------------ the end
@@ -171,18 +172,19 @@ class MessageStream:
 
     def message(self) -> dict[str, Any]:
         """The non-streamed ``Message`` (the same blocks the events assemble to)."""
-        content = [_final(b) for b in self.blocks]
+        content = [_final(b, "".join(pieces)) for b, pieces in zip(self.blocks, self._pieces)]
         return {"id": self.opts.message_id, "type": "message", "role": "assistant", "model": self.opts.model,
                 "content": content, "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence(),
                 "usage": self.usage()}
 
 
-def _final(block: dict[str, Any]) -> dict[str, Any]:
-    """A streamed block as it appears in a whole message: a tool_use's input as an object."""
+def _final(block: dict[str, Any], streamed: str) -> dict[str, Any]:
+    """A streamed block as it appears in a whole message: its text (or thinking) is what was
+    streamed; a tool_use's input is the streamed JSON as an object."""
     if block["type"] != "tool_use":
-        return block
+        return {**block, block["type"]: streamed}
     try:
-        parsed = json.loads(block["input"] or "{}")
+        parsed = json.loads(streamed or "{}")
     except json.JSONDecodeError:
         parsed = {}  # cut off by max_tokens: the stream had only part of it
     return {**block, "input": parsed if isinstance(parsed, dict) else {}}

@@ -241,3 +241,17 @@ def test_error_shapes_follow_the_route() -> None:
     assert {s: ApiError(s, "m").body("/v1/messages")["error"]["type"] for s in (401, 403, 404, 413, 500, 503)} == {
         401: "authentication_error", 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
         500: "api_error", 503: "api_error"}
+
+
+def test_a_long_turn_assembles_every_delta_once() -> None:
+    """Thousands of deltas (text, then a call's arguments) end in the message exactly as streamed."""
+    words = [f"w{i} " for i in range(3000)]
+    args = ['{"city": "'] + ["P"] * 2000 + ['"}']
+    bodies = [TurnStarted(prompt_tokens=10, cached_tokens=0), *(ContentDelta(text=w) for w in words),
+              ToolCallBegin(index=0, id="c0", name="get_weather"), *(ToolCallArgs(index=0, delta=a) for a in args),
+              TurnEnded(finish_reason="tool_calls", completion_tokens=5002, n_calls=1), SessionEnded(reason="tool_calls")]
+    events, stream = run(bodies)
+    assert sum(e["type"] == "content_block_delta" for e in events) == len(words) + len(args)
+    assert stream.message()["content"] == [
+        {"type": "text", "text": "".join(words)},
+        {"type": "tool_use", "id": "toolu_x_0", "name": "get_weather", "input": {"city": "P" * 2000}}]
