@@ -71,17 +71,29 @@ test-vllm: $(VLLM_VENV)/.installed
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
 
-# Retrain the bundled model from nothing (resumable: rerun to continue). 12000 steps, two threads: ~75 min
-# where the CPU computes bf16 natively (AMX, AVX-512 BF16), ~3.5 h in fp32 on an AVX2-only CPU.
-# The trainer uses TRAIN_THREADS threads, the watcher one; the watcher ships the final pick to models/tiny-agent.
+# Retrain the bundled model from nothing, in two phases (each resumable: rerun to continue).
+# Phase 1: 12000 steps from nothing on data v1; its pick goes to $(TRAIN_RUN)/pick (~85 min where the CPU
+# computes bf16 natively -- AMX, AVX-512 BF16 -- ~3.5 h in fp32 on an AVX2-only CPU).
+# Phase 2: $(TUNE_STEPS) steps fine-tuning that pick on data v2 (training/broad.py); its pick ships to
+# models/tiny-agent. Each phase's trainer uses TRAIN_THREADS threads, its watcher one.
 TRAIN_RUN ?= .train/run1
 TRAIN_STEPS ?= 12000
 TRAIN_THREADS ?= 2
-train: install           ## retrain models/tiny-agent (resumable), learning curve and final pick
-	$(PY) -m training.watch --run $(TRAIN_RUN) --final-step $(TRAIN_STEPS) --scale 0.5 & watcher=$$!; \
+TUNE_RUN ?= .train/run2
+TUNE_STEPS ?= 10000
+TUNE_LR ?= 1e-3
+MODEL_DIR ?= models/tiny-agent
+# $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags
+define train_phase
+	$(PY) -m training.watch --run $(1) --final-step $(2) --scale 0.5 --dest $(3) & watcher=$$!; \
 	trap 'kill $$watcher 2>/dev/null' INT TERM; \
-	if $(PY) -m training.train --out $(TRAIN_RUN) --steps $(TRAIN_STEPS) --threads $(TRAIN_THREADS); then wait $$watcher; \
+	if $(PY) -m training.train --out $(1) --steps $(2) --threads $(TRAIN_THREADS) $(4); then wait $$watcher; \
 	else rc=$$?; kill $$watcher 2>/dev/null; exit $$rc; fi
+endef
+train: install           ## retrain models/tiny-agent in two phases (resumable), learning curves and picks
+	@if [ -f $(TRAIN_RUN)/pick/model.safetensors ]; then echo "phase 1 done: $(TRAIN_RUN)/pick"; else \
+	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1); fi
+	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(MODEL_DIR),--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2)
 
 eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
 	$(VENV)/bin/turnstream eval tiny

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 from pathlib import Path
 
 from safetensors import safe_open
 
 from training.evaluate import LEGACY_METRICS, METRICS, TARGETS
+from training.train import machine_text
 
 _TEMPLATE = Path(__file__).resolve().parent / "data" / "card_template.md"
 CURVE_COLUMNS = [("indist", m) for m in ("right_tool", "exact_args", "answer_values")] + [
@@ -49,10 +48,13 @@ def legacy_table(row: dict) -> str:
 
 
 def curve_table(curve: list[dict]) -> str:
-    head = "| step | minutes | " + " | ".join(f"{s} {m}" for s, m in CURVE_COLUMNS) + " |"
-    rows = [f"| {r['step']} | {r['elapsed_s'] / 60:.0f} | " + " | ".join(_pct(r[s].get(m)) for s, m in CURVE_COLUMNS) + " |"
-            for r in curve]
-    return "\n".join([head, "|---|---|" + "---|" * len(CURVE_COLUMNS), *rows])
+    """One row per evaluated snapshot; with a ``phase`` column where the curve spans several phases
+    (each phase counts its own steps and minutes)."""
+    phased = len({r.get("phase", 1) for r in curve}) > 1
+    head = "| " + ("phase | " if phased else "") + "step | minutes | " + " | ".join(f"{s} {m}" for s, m in CURVE_COLUMNS) + " |"
+    rows = [f"| {str(r.get('phase', 1)) + ' | ' if phased else ''}{r['step']} | {r['elapsed_s'] / 60:.0f} | "
+            + " | ".join(_pct(r[s].get(m)) for s, m in CURVE_COLUMNS) + " |" for r in curve]
+    return "\n".join([head, "|---" * (3 if phased else 2) + "|" + "---|" * len(CURVE_COLUMNS), *rows])
 
 
 GRAMMAR_RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "grammar.json"
@@ -97,8 +99,46 @@ def _threads_text(n: int | None) -> str:
     return {None: "one thread", 1: "one thread", 2: "two threads"}.get(n, f"{n} threads")
 
 
+def _schedule_text(st: dict) -> str:
+    steps = st["schedules"][-1][1] if st.get("schedules") else None
+    return (f"peak lr {st['lr']:g}, " if "lr" in st else "") + (
+        f"{st['warmup']} warm-up steps, " if "warmup" in st else "") + (f"{steps}-step cosine, " if steps else "") + (
+        "bf16 autocast" if st.get("precision", "bf16") == "bf16" else "fp32") + f", {_threads_text(st.get('threads'))}"
+
+
+def phases_text(row: dict, hardware: str) -> str:
+    """The recipe bullets of each training phase: settings, machine, and where the shipped pick stands."""
+    here = row.get("machine", hardware)
+    if "init" not in row:
+        return (f"- {_schedule_text(row)}, data {row.get('data', 'v1')}.\n- Hardware: {here}. The shipped checkpoint is "
+                f"step {row['step']}, after {row['elapsed_s'] / 60:.0f} minutes of training.")
+    init = row["init"]
+    total = (init["elapsed_s"] + row["elapsed_s"]) / 60
+    return (f"- Phase 1, from nothing on data {init.get('data', 'v1')} (`training/phrasebook.py`): {_schedule_text(init)}; "
+            f"{init.get('machine', 'machine not recorded')}. Its pick was step {init['step']}, after "
+            f"{init['elapsed_s'] / 60:.0f} minutes.\n"
+            f"- Phase 2, fine-tuning phase 1's pick on data {row.get('data', 'v2')} (v1 plus `training/broad.py`) with a "
+            f"fresh optimizer: {_schedule_text(row)}; {here}. The shipped checkpoint is its step {row['step']}, after "
+            f"{row['elapsed_s'] / 60:.0f} minutes ({total:.0f} minutes of training in all).")
+
+
+def trained_text(row: dict) -> str:
+    """The card's first line on cost: one phase or two."""
+    if "init" not in row:
+        return (f"It was trained from scratch in about {row['elapsed_s'] / 60:.0f} minutes with "
+                f"{_threads_text(row.get('threads'))} on a shared 2-core CPU machine")
+    return (f"It was trained from scratch in two phases, about {row['init']['elapsed_s'] / 60:.0f} + "
+            f"{row['elapsed_s'] / 60:.0f} minutes with {_threads_text(row.get('threads'))} on shared 2-core CPU machines")
+
+
 def reproduce_text(row: dict) -> str:
     """How ``make train`` reproduces the run that made ``row``'s checkpoint, from its recorded schedules."""
+    if "init" in row:
+        return ("`make train` runs both phases: phase 1 into `.train/run1` (its pick goes to `.train/run1/pick`), "
+                "then phase 2 into `.train/run2` from that pick, each with its watcher; phase 2's pick is shipped here. "
+                f"This model's phase 2 started from `{row.get('init_from', '?')}`. " + reproduce_text(row["init"]).replace(
+                    "The shipped model's run", "Phase 1's run").replace("The shipped model is the output of",
+                                                                       "Phase 1 is the output of"))
     threads = row.get("threads", 1)
     flag = "" if threads == 1 else f" TRAIN_THREADS={threads}"
     schedules = row.get("schedules")
@@ -113,24 +153,6 @@ def reproduce_text(row: dict) -> str:
     return (f"The shipped model's run changed its schedule: {cmds}, on the same run directory (each resumes "
             f"where the last stopped; {switches}, a warm restart). Each `make train` ships its own pick "
             "here; the last one's is this model.")
-
-
-def machine_text(cpuinfo: str | None = None, cores: int | None = None) -> str:
-    """This machine's CPU as the card states it (the watcher builds the card beside the trainer):
-    ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    cores = cores or os.cpu_count() or 1
-    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
-        "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
-    name = fields.get("model name") or platform.processor() or "CPU"
-    return f"{cores}-core {name} ({platform.machine()}, {bf16}), no GPU"
 
 
 def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str | None = None) -> str:
@@ -153,7 +175,7 @@ def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str | No
         "curve_table": curve_table(curve), "grammar": grammar_section(),
         "threads_text": _threads_text(row.get("threads")),
         "precision_text": "bf16 autocast" if row.get("precision", "bf16") == "bf16" else "fp32",
-        "reproduce": reproduce_text(row),
+        "reproduce": reproduce_text(row), "phases": phases_text(row, hardware), "trained": trained_text(row),
     }
     text = _TEMPLATE.read_text()
     for key, value in fields.items():

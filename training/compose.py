@@ -13,6 +13,7 @@ import re
 import string
 from dataclasses import dataclass
 
+from training import broad as broad_mod
 from training import phrasebook as pb
 
 _SLOT = re.compile(r"\{(\w+)\}")
@@ -57,11 +58,17 @@ def _typos(rng: random.Random, pieces: list[Piece], n: int) -> list[Piece]:
     return pieces
 
 
-def noisy(rng: random.Random, pieces: list[Piece]) -> str:
-    """The message text: capitalised or not, frame noise applied, values untouched."""
+def noisy(rng: random.Random, pieces: list[Piece], broad: bool = False) -> str:
+    """The message text: capitalised or not, frame noise applied, values untouched.  ``broad`` (data
+    v2) adds Title Case or upper-case frames, chat abbreviations and commas without a space."""
     lower = rng.random() < 0.2
     if rng.random() < 0.25:
         pieces = _typos(rng, list(pieces), rng.choice([1, 1, 2]))
+    case = abbrev = tight = None
+    if broad:
+        case = rng.choices([None, "title", "upper"], [0.86, 0.12, 0.02])[0]
+        abbrev, tight = rng.random() < 0.1, rng.random() < 0.07
+        lower = lower and case is None
     out = []
     for p in pieces:
         text = p.text
@@ -69,6 +76,9 @@ def noisy(rng: random.Random, pieces: list[Piece]) -> str:
             text = text.lower() if lower else text
             text = text.replace("'", "") if rng.random() < 0.08 else text
             text = text.replace(" ", "  ", 1) if rng.random() < 0.02 else text
+            text = broad_mod.abbreviate(rng, text) if abbrev else text
+            text = text.replace(", ", ",") if tight else text
+            text = broad_mod.title_case(text) if case == "title" else text.upper() if case == "upper" else text
         out.append(text)
     text = "".join(out)
     if not lower and not pieces[0].value and rng.random() < 0.85:
@@ -82,20 +92,27 @@ def end_mark(rng: random.Random, form: str) -> str:
     return rng.choice([".", ".", "", "!", ""]) if form == "do" else rng.choice(["", "", "?", ".", "!"])
 
 
-def wrap(rng: random.Random, body: str, form: str) -> str:
-    """A single request ``body`` (a core of ``form``) with greeting, modal, suffix and final mark."""
+def wrap(rng: random.Random, body: str, form: str, broad: bool = False) -> str:
+    """A single request ``body`` (a core of ``form``) with greeting, modal, suffix and final mark;
+    ``broad`` (data v2) sometimes puts a lead-in sentence first or a closing sentence after."""
     modal = rng.choice(pb.MODALS) if form == "do" else ""
     if modal in ("can you ", "could you ", "would you ", "could you please ", "can you please "):
         mark = rng.choice(["?", "?", "", "?!"])
     else:
         mark = end_mark(rng, form)
-    return rng.choice(pb.GREETINGS) + modal + body + rng.choice(pb.SUFFIXES) + mark
+    text = rng.choice(pb.GREETINGS) + modal + body + rng.choice(pb.SUFFIXES) + mark
+    if broad and rng.random() < 0.25:
+        text = rng.choice(broad_mod.LEADS) + text
+    if broad and rng.random() < 0.15:
+        text += rng.choice(broad_mod.TAILS)
+    return text
 
 
-def join(rng: random.Random, bodies: list[tuple[str, str]]) -> str:
+def join(rng: random.Random, bodies: list[tuple[str, str]], broad: bool = False) -> str:
     """Two or three request bodies ((text, form) each) joined into one message template."""
     first_form = bodies[0][1]
     texts = [b + ("?" if f == "ask" and rng.random() < 0.5 else "") for b, f in bodies]
-    joiner = rng.choice(pb.JOINS if len(texts) == 2 else pb.JOINS3)
+    joins = (broad_mod.JOINS, broad_mod.JOINS3) if broad else (pb.JOINS, pb.JOINS3)
+    joiner = rng.choice(joins[0] if len(texts) == 2 else joins[1])
     joined = joiner.format(**dict(zip("ABC", texts))).replace("??", "?")
-    return wrap(rng, joined, first_form) if not joined.endswith("?") else rng.choice(pb.GREETINGS) + joined
+    return wrap(rng, joined, first_form, broad) if not joined.endswith("?") else rng.choice(pb.GREETINGS) + joined

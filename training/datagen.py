@@ -18,15 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training import answers, compose
+from training import broad as bd
 from training import phrasebook as pb
 from training import requests as rq
 from training.results import Call, make_call
-from training.smalltalk import ENDINGS, KINDS as SMALLTALK
+from training.smalltalk import ENDINGS
+from training.smalltalk import KINDS as SMALLTALK
 from training.template import render
 from training.tools_spec import SERVER_TOOLS, TOOLS
 from training.values import Values, split_of
 
 FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
+DATA_VERSIONS = ("v1", "v2")  # v2: v1 plus training/broad.py's parts (the fine-tuning phase)
 
 
 @dataclass
@@ -56,10 +59,15 @@ class Exchange:
 
 
 class DialogueGen:
-    """Draws exchanges and dialogues of one split from a seeded RNG."""
+    """Draws exchanges and dialogues of one split from a seeded RNG.  ``data`` is the version of the
+    phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from) or
+    ``v2`` (v1 plus ``training/broad.py``).  v1's draws are the same as before v2 existed."""
 
-    def __init__(self, split: str, seed: int) -> None:
+    def __init__(self, split: str, seed: int, data: str = "v1") -> None:
+        if data not in DATA_VERSIONS:
+            raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
+        self.broad = data == "v2"
         self.values = Values(split, self.rng)
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
@@ -73,20 +81,24 @@ class DialogueGen:
     def _template(self, req: rq.Request, form: str, suffix: str = "") -> str:
         """A phrasing whose (form, core) combination belongs to this split."""
         for _ in range(50):
-            t = rq.template(self.rng, req, form, suffix)
+            t = rq.template(self.rng, req, form, suffix, bd.CORES if self.broad else None)
             if self._held_out(t) == (self.split == "eval"):
                 return t
         return t
 
     def _message(self, template: str, slots: dict[str, str]) -> str:
-        return compose.noisy(self.rng, compose.fill(template, slots))
+        return compose.noisy(self.rng, compose.fill(template, slots), self.broad)
 
     def _calls(self, reqs: list[rq.Request], live: bool) -> list[Call]:
         return [make_call(q.tool, q.args, self.rng, live) for q in reqs]
 
     def _requests(self, kinds: list[str]) -> list[rq.Request]:
         lower = self.rng.random() < 0.06
-        return [rq.draw(k, self.values, lower) for k in kinds]
+        reqs = [rq.draw(k, self.values, lower) for k in kinds]
+        for q in reqs if self.broad else []:
+            if q.words and self.rng.random() < 0.4:
+                q.words = self.rng.choice(bd.CALC_WORDS[q.args["expression"].split()[1]])
+        return reqs
 
     def _tool_exchange(self, reqs: list[rq.Request], template: str, task: str) -> Exchange:
         slots = {k: v for i, q in enumerate(reqs) for k, v in rq.slots(q, str(i + 1) if i else "").items()}
@@ -96,8 +108,22 @@ class DialogueGen:
     # --- exchanges ----------------------------------------------------------------------------
     def single(self, kind: str | None = None) -> Exchange:
         req = self._requests([kind or self.rng.choice(rq.KINDS)])[0]
+        if self.broad and req.kind in bd.THERE and not req.words and self.rng.random() < 0.15:
+            return self._tool_exchange([req], self._there(req), req.kind)
         form = self._form()
-        return self._tool_exchange([req], compose.wrap(self.rng, self._template(req, form), form), req.kind)
+        return self._tool_exchange([req], compose.wrap(self.rng, self._template(req, form), form, self.broad), req.kind)
+
+    def _there(self, req: rq.Request) -> str:
+        """Two sentences: the first names the value, the second asks about "there" (data v2)."""
+        contexts, questions = bd.THERE[req.kind]
+        when = self.rng.choice(pb.WHEN[req.when]) if req.kind == "weather" else ""
+        if req.when == "tomorrow" and "tomorrow" not in when:
+            when = " tomorrow"
+        if req.when == "date" and "{date}" not in when:
+            when = " on {date}"
+        sep = self.rng.choice([". ", ". ", "; ", ", ", " - ", "! "])
+        mark = self.rng.choice(["?", "?", "", "??"])
+        return self.rng.choice(contexts) + sep + self.rng.choice(questions).replace("{when}", when) + mark
 
     def multi(self, n: int = 2) -> Exchange:
         """Two or three requests for different tools in one message, answered in one round."""
@@ -105,17 +131,20 @@ class DialogueGen:
         reqs = self._requests(kinds)
         bodies = [(self._template(q, f, str(i + 1) if i else ""), f)
                   for i, q in enumerate(reqs) for f in [self._form()]]
-        return self._tool_exchange(reqs, compose.join(self.rng, bodies), "+".join(sorted(kinds)))
+        return self._tool_exchange(reqs, compose.join(self.rng, bodies, self.broad), "+".join(sorted(kinds)))
 
     def multi_value(self) -> Exchange:
         """Several values for one tool: "the weather in Oslo and Rome"."""
         kind = self.rng.choice(list(pb.MULTI_VALUE))
         t = self.rng.choice(pb.MULTI_VALUE[kind])
+        form = "ask"
+        if self.broad and self.rng.random() < 0.7:
+            t, form = bd.multi_value_template(self.rng, kind, self.rng.choice([2, 2, 2, 3]))
         n = 3 if "3}" in t else 2
         reqs = [_plain(q) for q in self._requests([kind] * n)]
         if len({json.dumps(q.args) for q in reqs}) < n:
             return self.multi_value()
-        return self._tool_exchange(reqs, compose.wrap(self.rng, t, "ask"), "+".join([kind] * n))
+        return self._tool_exchange(reqs, compose.wrap(self.rng, t, form, self.broad), "+".join([kind] * n))
 
     def dependent(self) -> Exchange:
         """Weather first, then a calculation on its results (Fahrenheit, difference, average)."""
@@ -125,7 +154,8 @@ class DialogueGen:
         if len({q.args["city"] for q in reqs}) < n:
             return self.dependent()
         slots = {k: v for i, q in enumerate(reqs) for k, v in rq.slots(q, str(i + 1) if i else "").items()}
-        user = self._message(compose.wrap(self.rng, self.rng.choice(pb.SEQUENTIAL[kind]), "ask"), slots)
+        t = bd.dependent_template(self.rng, kind) if self.broad else self.rng.choice(pb.SEQUENTIAL[kind])
+        user = self._message(compose.wrap(self.rng, t, "ask", self.broad), slots)
         weather = self._calls(reqs, live=True)
         expr = answers.dependent_expression(kind, [c.result["temperature"] for c in weather])
         calc = make_call("calculator", {"expression": expr}, self.rng)
@@ -147,7 +177,8 @@ class DialogueGen:
             changed = "party_size" if key == "booking_n" else "time"
             req = rq.Request("booking", {**last.arguments, changed: req.args[changed]},
                              {k: v for k, v in req.slots.items() if k == ("n" if key == "booking_n" else "time")})
-        return self._tool_exchange([req], self.rng.choice(pb.FOLLOWUPS[key]), kind)
+        t = bd.followup_template(self.rng, key) if self.broad else self.rng.choice(pb.FOLLOWUPS[key])
+        return self._tool_exchange([req], t, kind)
 
     def smalltalk(self) -> Exchange:
         kind = self.rng.choice(list(SMALLTALK))
@@ -159,13 +190,14 @@ class DialogueGen:
 
     def exchange(self, previous: Exchange | None) -> Exchange:
         x = self.rng.random()
-        if previous is not None and x < 0.12:
+        if previous is not None and x < (0.25 if self.broad else 0.12):
             follow = self.followup(previous)
             if follow is not None:
                 return follow
         x = self.rng.random()
-        for weight, make in ((0.36, self.single), (0.2, lambda: self.multi(2)), (0.07, lambda: self.multi(3)),
-                             (0.07, self.multi_value), (0.06, self.dependent)):
+        weights = (0.30, 0.18, 0.07, 0.11, 0.11) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
+        for weight, make in zip(weights, (self.single, lambda: self.multi(2), lambda: self.multi(3),
+                                          self.multi_value, self.dependent)):
             if x < weight:
                 return make()
             x -= weight

@@ -83,13 +83,15 @@ def _party_phrase(rng: random.Random, n_text: str) -> str:
     return rng.choice(pb.PARTY_NOUNS)
 
 
-def template(rng: random.Random, req: Request, form: str, suffix: str = "") -> str:
-    """A phrasing of ``req`` in ``form`` (do | ask | bare), slots renamed with ``suffix``."""
+def template(rng: random.Random, req: Request, form: str, suffix: str = "",
+             cores: dict[str, dict[str, list[str]]] | None = None) -> str:
+    """A phrasing of ``req`` in ``form`` (do | ask | bare), slots renamed with ``suffix``; ``cores``:
+    the phrasing parts to draw from (``phrasebook.CORES`` unless given)."""
     if req.words:
         np = req.words.startswith("the ")
         core = (rng.choice(["what's ", "what is ", "tell me ", "give me "]) + req.words) if np else req.words
     else:
-        core = rng.choice(pb.CORES[req.kind][form])
+        core = rng.choice((cores or pb.CORES)[req.kind][form])
     if req.kind == "weather":
         lead = "{when_lead}" in core
         core = core.replace("{when_lead}", rng.choice(pb.WHEN_LEAD[req.when])).replace(

@@ -4,12 +4,18 @@ Resumable: rerunning the same command continues from ``<out>/ckpt.pt``.  Every c
 also exported as a Hugging Face directory under ``<out>/snapshots/step-NNNNNN``.
 
     python -m training.train --out .train/run1 --steps 18000
+
+A second phase fine-tunes a finished model on another data version (new optimizer, own schedule):
+
+    python -m training.train --out .train/run2 --init-from models/tiny-agent --data v2 --steps 7000 --lr 1e-3
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import platform
 import random
 import re
 import shutil
@@ -20,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from training.datagen import DialogueGen, render_dialogue
-from training.export import PAD_ID, save_hf_dir
+from training.datagen import DATA_VERSIONS, DialogueGen, render_dialogue
+from training.export import PAD_ID, load_hf_dir, save_hf_dir
 from training.model import ModelConfig, Qwen2
 from training.tokenizer import train_tokenizer
 
@@ -59,10 +65,10 @@ def build_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
 class Batches:
     """Deterministic batches: step ``s`` always yields the same padded (ids, mask) tensors."""
 
-    def __init__(self, tok: Tokenizer, seed: int, tokens_per_step: int) -> None:
-        self.tok, self.seed = tok, seed
+    def __init__(self, tok: Tokenizer, seed: int, tokens_per_step: int, data: str = "v1") -> None:
+        self.tok, self.seed, self.data = tok, seed, data
         self.sizes = {t: max(1, tokens_per_step // t) for t in BUCKETS}
-        gen = DialogueGen("train", seed=seed - 1)
+        gen = DialogueGen("train", seed - 1, data)
         counts = {t: 0 for t in BUCKETS}
         for _ in range(2000):
             b = self.bucket(len(encode(tok, dialogue_text(gen))[0]))
@@ -78,7 +84,7 @@ class Batches:
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = random.Random(self.seed * 1_000_003 + step)
         length = rng.choices(BUCKETS, self.weights)[0]
-        gen = DialogueGen("train", seed=rng.getrandbits(48))
+        gen = DialogueGen("train", rng.getrandbits(48), self.data)
         rows: list[tuple[list[int], list[bool]]] = []
         while len(rows) < self.sizes[length]:
             ids, mask = encode(self.tok, dialogue_text(gen))
@@ -107,6 +113,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
         return set()
     line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     return set(line.partition(":")[2].split())
+
+
+def machine_text(cpuinfo: Path = Path("/proc/cpuinfo"), cores: int | None = None) -> str:
+    """The CPU as a model card states it: ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
+    flags = cpu_flags(cpuinfo)
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        text = ""
+    name = next((ln.partition(":")[2].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
+    bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
+        "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
+    cores = cores or os.cpu_count() or 1
+    return f"{cores}-core {name or platform.processor() or 'CPU'} ({platform.machine()}, {bf16}), no GPU"
 
 
 def compute_dtype(precision: str, flags: set[str] | None = None) -> torch.dtype:
@@ -144,7 +164,8 @@ def save_checkpoint(out: Path, model: Qwen2, opt: torch.optim.Optimizer, step: i
     save_hf_dir(model, tok, snap)
     (snap / "train_state.txt").write_text(
         f"step {step}\nelapsed_s {elapsed:.0f}\nthreads {run['threads']}\nprecision {run['precision']}\n"
-        f"schedules {schedules_text(run['schedules'])}\n")
+        f"schedules {schedules_text(run['schedules'])}\ndata {run['data']}\nlr {run['lr']}\nwarmup {run['warmup']}\nmachine {run['machine']}\n"
+        + (f"init_from {run['init_from']}\n" if run.get("init_from") else ""))
     for old in sorted((out / "snapshots").glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -173,6 +194,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", choices=DATA_VERSIONS, default="v1", help="version of the phrasing parts")
+    ap.add_argument("--init-from", type=Path, help="start from this model directory's weights and tokenizer "
+                    "(its shape overrides --hidden etc.; a fresh optimizer)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=4.0)
     ap.add_argument("--keep", type=int, default=40, help="snapshots to keep")
@@ -187,10 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(args.out / "tokenizer.json", args.vocab_size)
-    cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=args.hidden, num_hidden_layers=args.layers,
-                      intermediate_size=args.ffn, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads)
-    model = Qwen2(cfg)
+    if args.init_from:
+        model, tok = load_hf_dir(args.init_from)
+        model.train()
+        tok.save(str(args.out / "tokenizer.json"))
+        for src, dst in (("train_state.txt", "init_state.txt"), ("curve.jsonl", "init_curve.jsonl")):
+            if (args.init_from / src).exists():  # how the starting model was trained, for the card
+                shutil.copy2(args.init_from / src, args.out / dst)
+        cfg = model.cfg
+    else:
+        tok = build_tokenizer(args.out / "tokenizer.json", args.vocab_size)
+        cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=args.hidden, num_hidden_layers=args.layers,
+                          intermediate_size=args.ffn, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads)
+        model = Qwen2(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step, elapsed, schedules = 0, 0.0, [(0, args.steps)]
     if (args.out / "ckpt.pt").exists():
@@ -202,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed from step {step} ({elapsed / 60:.1f} min trained)", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     dtype = compute_dtype(args.precision)
-    run = {"schedules": schedules, "threads": args.threads,
-           "precision": "bf16" if dtype == torch.bfloat16 else "fp32"}
+    run = {"schedules": schedules, "threads": args.threads, "precision": "bf16" if dtype == torch.bfloat16 else "fp32",
+           "data": args.data, "lr": args.lr, "init_from": str(args.init_from) if args.init_from else "",
+           "warmup": args.warmup, "machine": machine_text()}
     print(f"params {n_params} config {cfg.to_dict()} args {vars(args)} compute {dtype}", flush=True)
-    batches = Batches(tok, args.seed, args.tokens_per_step)
+    batches = Batches(tok, args.seed, args.tokens_per_step, args.data)
     fwd = model if args.no_compile else torch.compile(model)
     t0, last_ckpt, losses, tokens = time.time() - elapsed, time.time(), [], 0
     while step < args.steps:

@@ -26,7 +26,7 @@ from training.evalsets import selection
 from training.evaluate import DEFAULT_MODEL, METRICS, evaluate, probe_report, report, run_set
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json")
+                 "tokenizer_config.json", "train_state.txt")
 CURVE_SETS = ("indist", "harder")
 
 
@@ -34,9 +34,18 @@ def overall(rates: dict) -> float:
     return sum(rates.get(m, 0.0) for m in METRICS) / len(METRICS)
 
 
-def read_curve(run: Path) -> list[dict]:
-    path = run / "curve.jsonl"
+def read_curve(run: Path, name: str = "curve.jsonl") -> list[dict]:
+    path = run / name
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def full_curve(run: Path) -> list[dict]:
+    """The run's curve, after the curve of the model it started from (``--init-from``) where there is one;
+    rows carry their ``phase`` (1, 2, ...)."""
+    earlier = read_curve(run, "init_curve.jsonl")
+    phase = max((r.get("phase", 1) for r in earlier), default=0) + 1
+    own = [r | {"phase": phase} for r in sorted(read_curve(run), key=lambda r: r["step"])]
+    return [r if "phase" in r else r | {"phase": 1} for r in earlier] + own
 
 
 def snapshots(run: Path) -> list[Path]:
@@ -45,24 +54,33 @@ def snapshots(run: Path) -> list[Path]:
     return sorted(snaps, key=lambda s: int(s.name[5:]))
 
 
-def train_state(snap: Path) -> dict:
-    """The trainer's facts about a snapshot: step and seconds trained; threads, precision and lr
-    schedules where the trainer wrote them (snapshots from before it did have only the first two)."""
-    state = dict(line.split(maxsplit=1) for line in (snap / "train_state.txt").read_text().splitlines() if line)
-    row = {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
-    if "threads" in state:
-        row["threads"] = int(state["threads"])
-    if "precision" in state:
-        row["precision"] = state["precision"]
+def parse_state(path: Path) -> dict:
+    """A ``train_state.txt``: step and seconds trained; threads, precision, lr schedules, data version,
+    peak lr, warm-up, machine and starting model where the trainer wrote them (older files have fewer)."""
+    state = dict((line.split(maxsplit=1) + [""])[:2] for line in path.read_text().splitlines() if line)
+    row: dict = {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
+    for key, cast in (("threads", int), ("precision", str), ("data", str), ("lr", float), ("warmup", int),
+                      ("machine", str), ("init_from", str)):
+        if key in state:
+            row[key] = cast(state[key])
     if "schedules" in state:
         row["schedules"] = [[int(n) for n in part.split(":")] for part in state["schedules"].split(",")]
     return row
 
 
+def train_state(snap: Path) -> dict:
+    """The trainer's facts about a snapshot (``parse_state``); for a run that started from another model,
+    that model's own facts under ``init`` (the trainer copied them to ``<run>/init_state.txt``)."""
+    row = parse_state(snap / "train_state.txt")
+    init = snap.parent.parent / "init_state.txt"
+    return row | ({"init": parse_state(init)} if init.exists() else {})
+
+
 def curve_point(snap: Path, scale: float) -> dict:
     """One learning-curve row: both sets at ``scale``."""
     t, backend = time.time(), TorchBackend(snap)
-    row = train_state(snap) | {name: run_set(name, backend, 0, scale, progress=False) for name in CURVE_SETS}
+    row = parse_state(snap / "train_state.txt") | {name: run_set(name, backend, 0, scale, progress=False)
+                                                   for name in CURVE_SETS}
     return row | {"eval_s": round(time.time() - t)}
 
 
@@ -102,7 +120,7 @@ def finalize(run: Path, dest: Path, candidates: int) -> dict:
     row = full_eval(best)
     record = {"snapshot": best.name, "selection": {s.name: round(v, 4) for s, v in scores.items()}, "row": row}
     (run / "final_eval.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    ship(best, row, sorted(read_curve(run), key=lambda r: r["step"]), dest)
+    ship(best, row, full_curve(run), dest)
     print(f"shipped {best.name} to {dest}", flush=True)
     for name in ("indist", "harder", "legacy"):
         print(report(name, row[name]), flush=True)

@@ -4,7 +4,10 @@ import json
 import random
 from collections import Counter
 
-from training.datagen import DialogueGen, render_dialogue, to_messages
+import pytest
+
+from training import broad as bd
+from training.datagen import DATA_VERSIONS, DialogueGen, render_dialogue, to_messages
 from training.results import key_values
 from training.scripts import SCRIPTS
 from training.tools_spec import TOOL_NAMES
@@ -38,8 +41,9 @@ def test_names_come_in_many_scripts() -> None:
     assert len(blocks) >= len(SCRIPTS) - 2  # Latin Extended, Cyrillic, Greek, CJK, Hangul, Arabic, ...
 
 
-def test_dialogues_call_known_tools_and_answers_quote_every_key_value() -> None:
-    gen = DialogueGen("train", 11)
+@pytest.mark.parametrize("data", DATA_VERSIONS)
+def test_dialogues_call_known_tools_and_answers_quote_every_key_value(data: str) -> None:
+    gen = DialogueGen("train", 11, data)
     for _ in range(300):
         for x in gen.dialogue():
             for call in x.calls:
@@ -56,8 +60,9 @@ def test_every_kind_of_exchange_is_drawn() -> None:
     assert len(pairs) == 10  # every pair of the five tools
 
 
-def test_dependent_requests_compute_on_the_first_results() -> None:
-    gen = DialogueGen("train", 8)
+@pytest.mark.parametrize("data", DATA_VERSIONS)
+def test_dependent_requests_compute_on_the_first_results(data: str) -> None:
+    gen = DialogueGen("train", 8, data)
     for _ in range(30):
         x = gen.dependent()
         weather, (calc,) = x.rounds
@@ -88,3 +93,30 @@ def test_key_values_of_the_live_shapes() -> None:
     assert key_values("calculator", "5555") == ["5555"]
     assert key_values("get_time", {"timezone": "UTC", "datetime": "2026-12-01T10:57:32+00:00", "weekday": "Tuesday",
                                    "utc_offset": "+0000"}) == ["10:57", "Tuesday"]
+
+
+def test_data_v2_composes_what_v1_has_only_as_fixed_phrasings() -> None:
+    """v2 adds shapes v1 never draws: two-sentence "there" requests, lead-ins, three values composed
+    from any core, Title Case and chat abbreviations on the frame; values stay exactly as typed."""
+    v1, v2 = DialogueGen("train", 21), DialogueGen("train", 21, "v2")
+    users = {d: [x for _ in range(1500) for x in g.dialogue()] for d, g in (("v1", v1), ("v2", v2))}
+    texts = {d: [x.user for x in xs] for d, xs in users.items()}
+    contexts = [c.split("{")[0].lower() for k in bd.THERE for c in bd.THERE[k][0]]
+    there = {d: sum(any(c in t.lower() for c in contexts) for t in ts) for d, ts in texts.items()}
+    assert there["v2"] > 20 and there["v2"] > 5 * there["v1"], there
+    assert sum(t.startswith(tuple(lead.strip() for lead in bd.LEADS)) for t in texts["v2"]) > 10
+    titled = [t for t in texts["v2"] if len(t.split()) > 4 and all(w[:1].isupper() for w in t.split() if w[:1].isalpha()
+                                                                    and w.isascii())]
+    assert len(titled) > 30
+    assert any(" u " in f" {t} " or " pls " in f" {t} " for t in texts["v2"])
+    for x in users["v2"]:  # noise never touches a value: searches and several-value requests copy them verbatim
+        if x.task == "search" or x.task in ("weather+weather", "weather+weather+weather"):
+            assert all(str(v) in x.user for c in x.calls for v in c.arguments.values() if v != "tomorrow"), x.user
+    counts = Counter(x.task for x in users["v2"])
+    v1_counts = Counter(x.task for x in users["v1"])
+
+    def seq(c: Counter) -> int:
+        return sum(n for t, n in c.items() if t.startswith("seq"))
+
+    assert seq(counts) > 1.4 * seq(v1_counts)
+    assert counts["weather+weather+weather"] + counts["time+time+time"] + counts["calc+calc+calc"] > 0

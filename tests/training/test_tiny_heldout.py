@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from training import heldout_phrasings as hp
-from training.datagen import DialogueGen
+from training.datagen import DATA_VERSIONS, DialogueGen
 from training.harder import harder
 from training.values import DEMO_VALUES, split_of
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
-TRAINING_SIDE = ("datagen", "requests", "phrasebook", "compose", "smalltalk", "answers", "results", "values",
-                 "surface", "scripts", "zones", "train", "tokenizer", "template")
+TRAINING_SIDE = ("datagen", "requests", "phrasebook", "broad", "compose", "smalltalk", "answers", "results",
+                 "values", "surface", "scripts", "zones", "train", "tokenizer", "template")
 
 
 def _norm(text: str) -> str:
@@ -27,9 +27,10 @@ def _norm(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def training_messages() -> str:
-    """Every user message of 20,000 training dialogues (about 40,000 messages), normalised."""
-    gen = DialogueGen("train", 123)
-    return "\n".join(_norm(x.user) for _ in range(20000) for x in gen.dialogue())
+    """Every user message of 20,000 training dialogues of each data version (v1 trains the first
+    phase, v2 the fine-tuning phase; about 80,000 messages), normalised."""
+    gens = [DialogueGen("train", 123, data) for data in DATA_VERSIONS]
+    return "\n".join(_norm(x.user) for gen in gens for _ in range(20000) for x in gen.dialogue())
 
 
 def test_no_training_module_imports_the_eval_only_phrasings() -> None:

@@ -57,6 +57,30 @@ def test_same_seed_same_weights_and_a_resumed_run_equals_an_uninterrupted_one(tm
     assert "schedules 0:2,2:4" in resumed_state
 
 
+def test_a_second_phase_starts_from_the_given_model_on_its_own_data(tmp_path: Path, tokenizer) -> None:
+    torch.set_num_threads(1)
+    first = _run(tmp_path / "a", tokenizer, 2)
+    start = tmp_path / "a" / "snapshots" / "step-000002"
+    # lr 0: the second phase's weights are exactly the model it started from (no fresh initialisation)
+    assert train.main(["--out", str(tmp_path / "b"), "--steps", "2", "--init-from", str(start), "--data", "v2",
+                       *TINY, "--lr", "0"]) == 0
+    second = load_file(str(tmp_path / "b" / "snapshots" / "step-000002" / "model.safetensors"))
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    state = (tmp_path / "b" / "snapshots" / "step-000002" / "train_state.txt").read_text().splitlines()
+    assert "data v2" in state and f"init_from {start}" in state and "lr 0.0" in state and "warmup 2" in state
+    assert any(line.startswith("machine ") and line.endswith(", no GPU") for line in state)
+    # the starting model's own facts travel with the run, for the card
+    assert (tmp_path / "b" / "init_state.txt").read_text() == (start / "train_state.txt").read_text()
+    assert (tmp_path / "b" / "tokenizer.json").read_text() == (start / "tokenizer.json").read_text()
+
+
+def test_batches_draw_the_data_version_asked_for(tokenizer) -> None:
+    v1, v2 = Batches(tokenizer, 3, 1024), Batches(tokenizer, 3, 1024, "v2")
+    assert v1.data == "v1" and v2.data == "v2"
+    assert any(not torch.equal(v1.get(s)[0], v2.get(s)[0]) if v1.get(s)[0].shape == v2.get(s)[0].shape else True
+               for s in range(3))
+
+
 def test_a_longer_steps_on_resume_is_recorded_as_a_new_schedule() -> None:
     assert train.resumed_schedules([[0, 6000]], 3000, 6000) == [(0, 6000)]  # rerun after an interruption
     assert train.resumed_schedules([[0, 6000]], 6000, 11500) == [(0, 6000), (6000, 11500)]  # warm restart

@@ -17,7 +17,8 @@ def _snapshot(run: Path, step: int, complete: bool = True) -> Path:
     snap = run / "snapshots" / f"step-{step:06d}"
     snap.mkdir(parents=True)
     for name in watch.SHIPPED_FILES:
-        shutil.copy2(MODEL_DIR / name, snap / name)
+        if name != "train_state.txt":  # the trainer writes it last: it marks a complete snapshot
+            shutil.copy2(MODEL_DIR / name, snap / name)
     if complete:
         (snap / "train_state.txt").write_text(f"step {step}\nelapsed_s {step / 2}\n")
     return snap
@@ -92,10 +93,71 @@ def test_the_card_says_how_make_train_reproduces_the_run() -> None:
     assert "from step 6000 the lr follows the 11500-step run's cosine" in text
 
 
-def test_the_card_names_the_machine_that_trained() -> None:
-    from training.card import machine_text
+def test_the_card_names_the_machine_that_trained(tmp_path: Path) -> None:
+    from training.train import machine_text
 
-    info = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n"
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n")
     assert machine_text(info, 2).startswith("2-core Intel(R) Xeon(R) Processor (")
     assert "native bf16: AMX), no GPU" in machine_text(info, 2)
-    assert "no native bf16" in machine_text("model name\t: AMD EPYC 7B13\nflags\t: fpu avx2\n", 2)
+    info.write_text("model name\t: AMD EPYC 7B13\nflags\t: fpu avx2 avx512_bf16\n")
+    assert "native bf16: AVX-512 BF16" in machine_text(info, 2)
+    info.write_text("model name\t: AMD EPYC 7B13\nflags\t: fpu avx2\n")
+    assert "no native bf16" in machine_text(info, 2)
+
+
+PHASE1 = ("step 11441\nelapsed_s 5045\nthreads 2\nprecision bf16\nschedules 0:12000\ndata v1\nlr 0.003\nwarmup 200\n"
+          "machine 2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU\n")
+
+
+def test_a_fine_tuning_run_reads_its_own_facts_and_the_starting_models(tmp_path: Path) -> None:
+    snap = _snapshot(tmp_path, 9000)
+    (snap / "train_state.txt").write_text("step 9000\nelapsed_s 4800\nthreads 2\nprecision bf16\nschedules 0:10000\n"
+                                          "data v2\nlr 0.001\nwarmup 100\nmachine 2-core AMD EPYC (x86_64, "
+                                          "native bf16: AVX-512 BF16), no GPU\ninit_from .train/run1/pick\n")
+    assert watch.train_state(snap) == {"step": 9000, "elapsed_s": 4800.0, "threads": 2, "precision": "bf16",
+                                       "schedules": [[0, 10000]], "data": "v2", "lr": 0.001, "warmup": 100,
+                                       "machine": "2-core AMD EPYC (x86_64, native bf16: AVX-512 BF16), no GPU",
+                                       "init_from": ".train/run1/pick"}
+    (tmp_path / "init_state.txt").write_text(PHASE1)
+    row = watch.train_state(snap)
+    assert row["init"]["step"] == 11441 and row["init"]["data"] == "v1" and row["init"]["lr"] == 0.003
+
+
+def test_the_card_states_both_phases_of_a_two_phase_model() -> None:
+    from training.card import phases_text, reproduce_text, trained_text
+
+    row = {"step": 9000, "elapsed_s": 4800.0, "threads": 2, "precision": "bf16", "schedules": [[0, 10000]],
+           "data": "v2", "lr": 0.001, "warmup": 100, "machine": "2-core AMD EPYC (x86_64, native bf16: AVX-512 BF16), "
+           "no GPU", "init_from": ".train/run1/pick",
+           "init": {"step": 11441, "elapsed_s": 5045.0, "threads": 2, "precision": "bf16", "schedules": [[0, 12000]],
+                    "data": "v1", "lr": 0.003, "warmup": 200, "machine": "2-core Intel(R) Xeon(R) Processor "
+                    "(x86_64, native bf16: AMX), no GPU"}}
+    text = phases_text(row, "unused")
+    assert "Phase 1, from nothing on data v1" in text and "peak lr 0.003, 200 warm-up steps, 12000-step cosine" in text
+    assert "Its pick was step 11441, after 84 minutes" in text and "native bf16: AMX" in text
+    assert "Phase 2, fine-tuning phase 1's pick on data v2" in text and "peak lr 0.001, 100 warm-up steps" in text
+    assert "its step 9000, after 80 minutes (164 minutes of training in all)" in text
+    assert trained_text(row).startswith("It was trained from scratch in two phases, about 84 + 80 minutes")
+    repro = reproduce_text(row)
+    assert "`make train` runs both phases" in repro and "started from `.train/run1/pick`" in repro
+    assert "Phase 1 is the output of one run of `make train TRAIN_STEPS=12000 TRAIN_THREADS=2`" in repro
+    single = {k: v for k, v in row.items() if k not in ("init", "init_from")}
+    assert phases_text(single, "unused").startswith("- peak lr 0.001") and "two phases" not in trained_text(single)
+
+
+def test_a_fine_tuning_runs_curve_follows_the_starting_models(tmp_path: Path) -> None:
+    from training.card import curve_table
+
+    rates = {"right_tool": 0.5, "exact_args": 0.5, "answer_values": 0.5, "no_tool": 1.0}
+    (tmp_path / "init_curve.jsonl").write_text("".join(json.dumps({"step": s, "elapsed_s": s / 2, "indist": rates,
+                                                                  "harder": rates}) + "\n" for s in (1000, 2000)))
+    (tmp_path / "curve.jsonl").write_text("".join(json.dumps({"step": s, "elapsed_s": s, "indist": rates,
+                                                             "harder": rates}) + "\n" for s in (600, 300)))
+    curve = watch.full_curve(tmp_path)
+    assert [(r["phase"], r["step"]) for r in curve] == [(1, 1000), (1, 2000), (2, 300), (2, 600)]
+    table = curve_table(curve).splitlines()
+    assert table[0].startswith("| phase | step | minutes |") and table[2].startswith("| 1 | 1000 | 8 |")
+    assert table[-1].startswith("| 2 | 600 | 10 |")
+    (tmp_path / "init_curve.jsonl").unlink()
+    assert curve_table(watch.full_curve(tmp_path)).startswith("| step | minutes |")
