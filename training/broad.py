@@ -189,14 +189,14 @@ def dependent_template(rng: random.Random, kind: str) -> str:
 
 # --- follow-ups ---------------------------------------------------------------------------------
 _F_LEAD = ["", "", "", "ok, ", "great, ", "thanks. ", "cool, ", "hmm, ", "nice. ", "perfect. ", "alright, ", "and "]
+# A place name alone ("Oslo?", "then Oslo") is no follow-up here: small talk names places too.
 _F_VALUE = {"city": ["and in {v}?", "what about {v}", "how about in {v}", "and {v} too?", "same thing for {v}",
-                     "now check {v}", "{v} next", "then {v}", "next: {v}", "also {v}", "do {v} as well",
-                     "repeat for {v}", "now for {v}", "try {v}", "what's it like in {v}", "how about {v} then",
-                     "and the weather in {v}?", "{v}?", "{v} too", "and {v}, please", "and for {v}?",
-                     "same for {v} please", "check {v} too"],
-            "place": ["and in {v}?", "what about {v}", "how about {v}", "and the time in {v}?", "now {v}",
-                      "{v} next", "also {v}", "same thing for {v}", "and {v} too?", "what time is it in {v} then",
-                      "check {v} too", "then {v}", "{v}?", "repeat for {v}", "and for {v}"],
+                     "now check {v}", "do {v} as well", "repeat for {v}", "now for {v}", "what's it like in {v}",
+                     "how about {v} then", "and the weather in {v}?", "and {v}, please", "and for {v}?",
+                     "same for {v} please", "check {v} too", "and what about {v}?"],
+            "place": ["and in {v}?", "what about {v}", "how about {v}", "and the time in {v}?", "same thing for {v}",
+                      "and {v} too?", "what time is it in {v} then", "check {v} too", "repeat for {v}",
+                      "and for {v}", "and the clock in {v}?"],
             "expr": ["and {v}?", "now {v}", "also {v}", "next one: {v}", "and what's {v}", "then {v}",
                      "do {v} too", "same with {v}", "how about {v}", "what about {v}?", "one more: {v}",
                      "{v} next", "and {v} please", "then calculate {v}"],
@@ -211,6 +211,15 @@ def followup_template(rng: random.Random, key: str) -> str:
     if slot is None or rng.random() < 0.3:
         return rng.choice(pb.FOLLOWUPS[key])
     return rng.choice(_F_LEAD) + rng.choice(_F_VALUE[slot]).replace("{v}", "{" + slot + "}")
+
+
+# --- small talk that names places and restaurants (no tool: nothing is asked) ---------------------
+STATEMENTS = [c + end for c in THERE["weather"][0] for end in ("!", ".", " next week", " - can't wait", " soon")] + [
+    "{city} was lovely last summer", "my meeting in {city} went well", "we loved {restaurant}",
+    "{restaurant} has the best desserts", "my flight from {city} was late", "{city} is on my bucket list",
+    "I grew up near {city}", "the view in {city} was stunning", "{restaurant} is my favourite place",
+    "I'm reading a book about {city}", "my boss is from {city}", "thanks, {restaurant} was great",
+    "that's all I needed about {city}", "I've never been to {city}", "lunch at {restaurant} was fine"]
 
 
 # --- frame noise ----------------------------------------------------------------------------------

@@ -183,6 +183,8 @@ class DialogueGen:
     def smalltalk(self) -> Exchange:
         kind = self.rng.choice(list(SMALLTALK))
         bodies, replies = SMALLTALK[kind]
+        if self.broad and self.rng.random() < 0.3:  # places and restaurants named in statements, not requests
+            kind, bodies, replies = "chat", bd.STATEMENTS, SMALLTALK["chat"][1]
         body = self.rng.choice([b for b in bodies if self._held_out(kind, b) == (self.split == "eval")] or bodies)
         slots = {"city": self.values.city(), "restaurant": self.values.restaurant(), "n": str(self.values.party())}
         template = self.rng.choice(pb.GREETINGS[:6]) + body + self.rng.choice(ENDINGS)
@@ -190,12 +192,12 @@ class DialogueGen:
 
     def exchange(self, previous: Exchange | None) -> Exchange:
         x = self.rng.random()
-        if previous is not None and x < (0.25 if self.broad else 0.12):
+        if previous is not None and x < (0.18 if self.broad else 0.12):
             follow = self.followup(previous)
             if follow is not None:
                 return follow
         x = self.rng.random()
-        weights = (0.30, 0.18, 0.07, 0.11, 0.11) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
+        weights = (0.28, 0.17, 0.06, 0.10, 0.11) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
         for weight, make in zip(weights, (self.single, lambda: self.multi(2), lambda: self.multi(3),
                                           self.multi_value, self.dependent)):
             if x < weight:

@@ -120,3 +120,14 @@ def test_data_v2_composes_what_v1_has_only_as_fixed_phrasings() -> None:
 
     assert seq(counts) > 1.4 * seq(v1_counts)
     assert counts["weather+weather+weather"] + counts["time+time+time"] + counts["calc+calc+calc"] > 0
+
+
+def test_data_v2_names_places_in_small_talk_and_never_follows_up_with_a_bare_name() -> None:
+    """A place in a statement is chat (no call); a follow-up always says what it asks for."""
+    gen = DialogueGen("train", 30, "v2")
+    xs = [x for _ in range(1500) for x in gen.dialogue()]
+    statements = [x for x in xs if not x.calls and any(
+        s.split("{")[0].lower() in x.user.lower() for s in bd.STATEMENTS if not s.startswith("{"))]
+    assert len(statements) > 10 and all(not x.rounds for x in statements)
+    for slot in ("city", "place"):
+        assert all(t.replace("{v}", "").strip(" ?,.") for t in bd._F_VALUE[slot]), slot
