@@ -7,7 +7,7 @@ also exported as a Hugging Face directory under ``<out>/snapshots/step-NNNNNN``.
 
 A second phase fine-tunes a finished model on another data version (new optimizer, own schedule):
 
-    python -m training.train --out .train/run2 --init-from models/tiny-agent --data v2 --steps 7000 --lr 1e-3
+    python -m training.train --out .train/run2 --init-from .train/run1/pick --data v2 --steps 7000 --lr 1e-3
 """
 
 from __future__ import annotations
