@@ -131,26 +131,24 @@ def trained_text(row: dict) -> str:
             f"{row['elapsed_s'] / 60:.0f} minutes with {_threads_text(row.get('threads'))} on shared 2-core CPU machines")
 
 
-def reproduce_text(row: dict) -> str:
-    """How ``make train`` reproduces the run that made ``row``'s checkpoint, from its recorded schedules."""
+def reproduce_text(row: dict, subject: str = "The shipped model") -> str:
+    """How ``make train`` reproduces the run that made ``row``'s checkpoint, from its recorded schedules;
+    for a fine-tuned model, both phases (``subject`` names whose run a sentence is about)."""
     if "init" in row:
         return ("`make train` runs both phases: phase 1 into `.train/run1` (its pick goes to `.train/run1/pick`), "
                 "then phase 2 into `.train/run2` from that pick, each with its watcher; phase 2's pick is shipped here. "
-                f"This model's phase 2 started from `{row.get('init_from', '?')}`. " + reproduce_text(row["init"]).replace(
-                    "The shipped model's run", "Phase 1's run").replace("The shipped model is the output of",
-                                                                       "Phase 1 is the output of"))
+                f"This model's phase 2 started from `{row.get('init_from', '?')}`. " + reproduce_text(row["init"], "Phase 1"))
     threads = row.get("threads", 1)
     flag = "" if threads == 1 else f" TRAIN_THREADS={threads}"
     schedules = row.get("schedules")
     if not schedules:
-        return "The shipped model is the output of one run of `make train` in a fresh clone."
+        return f"{subject} is the output of one run of `make train` in a fresh clone."
     if len(schedules) == 1:
-        return (f"The shipped model is the output of one run of `make train TRAIN_STEPS={schedules[0][1]}{flag}` "
-                "in a fresh clone.")
+        return f"{subject} is the output of one run of `make train TRAIN_STEPS={schedules[0][1]}{flag}` in a fresh clone."
     cmds = ", then ".join(f"`make train TRAIN_STEPS={steps}{flag}`" for _, steps in schedules)
     switches = "; ".join(f"from step {start} the lr follows the {steps}-step run's cosine"
                          for start, steps in schedules[1:])
-    return (f"The shipped model's run changed its schedule: {cmds}, on the same run directory (each resumes "
+    return (f"{subject}'s run changed its schedule: {cmds}, on the same run directory (each resumes "
             f"where the last stopped; {switches}, a warm restart). Each `make train` ships its own pick "
             "here; the last one's is this model.")
 
@@ -165,16 +163,14 @@ def build_card(model_dir: Path, row: dict, curve: list[dict], hardware: str | No
         params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     n_curve = curve[-1]["indist"].get("n", "?") if curve else "?"
     fields = {
-        "minutes": f"{row['elapsed_s'] / 60:.0f}", "params": f"{params:,}", "params_m": f"{params / 1e6:.1f}",
+        "params": f"{params:,}", "params_m": f"{params / 1e6:.1f}",
         "hidden": c["hidden_size"], "layers": c["num_hidden_layers"], "heads": c["num_attention_heads"],
         "kv": c["num_key_value_heads"], "hd": c["head_dim"], "ffn": c["intermediate_size"], "vocab": c["vocab_size"],
-        "theta": f"{c['rope_theta']:.0f}", "size_mb": f"{size / 1e6:.1f}", "hardware": hardware, "step": row["step"],
+        "theta": f"{c['rope_theta']:.0f}", "size_mb": f"{size / 1e6:.1f}", "step": row["step"],
         "n_indist": row["indist"].get("n", "?"), "n_harder": row["harder"].get("n", "?"),
         "metrics_table": metrics_table(row), "categories_table": categories_table(row),
         "legacy_table": legacy_table(row), "probe": row.get("probe_text", "–"), "curve_n": n_curve,
         "curve_table": curve_table(curve), "grammar": grammar_section(),
-        "threads_text": _threads_text(row.get("threads")),
-        "precision_text": "bf16 autocast" if row.get("precision", "bf16") == "bf16" else "fp32",
         "reproduce": reproduce_text(row), "phases": phases_text(row, hardware), "trained": trained_text(row),
     }
     text = _TEMPLATE.read_text()

@@ -105,28 +105,27 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The first CPU's feature flags (empty where /proc/cpuinfo is absent)."""
+def _cpuinfo_field(cpuinfo: Path, *names: str) -> str:
+    """The first CPU's value of the first of ``names`` found ("" where /proc/cpuinfo is absent)."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
-    return set(line.partition(":")[2].split())
+        return ""
+    return next((ln.partition(":")[2].strip() for ln in text.splitlines() if ln.startswith(names)), "")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The first CPU's feature flags (empty where /proc/cpuinfo is absent)."""
+    return set(_cpuinfo_field(cpuinfo, "flags", "Features").split())
 
 
 def machine_text(cpuinfo: Path = Path("/proc/cpuinfo"), cores: int | None = None) -> str:
     """The CPU as a model card states it: ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
     flags = cpu_flags(cpuinfo)
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        text = ""
-    name = next((ln.partition(":")[2].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
     bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
         "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
-    cores = cores or os.cpu_count() or 1
-    return f"{cores}-core {name or platform.processor() or 'CPU'} ({platform.machine()}, {bf16}), no GPU"
+    name = _cpuinfo_field(cpuinfo, "model name") or platform.processor() or "CPU"
+    return f"{cores or os.cpu_count() or 1}-core {name} ({platform.machine()}, {bf16}), no GPU"
 
 
 def compute_dtype(precision: str, flags: set[str] | None = None) -> torch.dtype:
