@@ -96,12 +96,9 @@ class SessionOps:
                 "messages": await self.sessions.messages(sid),
                 "last_event_id": await bus.last_id(self.r, keys.events(sid))}
 
-    async def add_message(self, sid: str, principal: Principal, content: str,
-                          max_turns: int | None) -> tuple[int, str]:
-        """Continue an ended or cancelled session with a user message.
-
-        Returns the new turn and the id of the last event before it (subscribe after it).
-        """
+    async def continuable(self, sid: str, principal: Principal) -> SessionInfo:
+        """The session, if a user message may continue it now: 409 for a chat-completion session or one
+        still running a turn (checked before anything else about the message)."""
         info = await self.owned(sid, principal)
         if info.mode is not SessionMode.LOOP:
             raise ApiError(409, "a chat-completion session cannot be continued; send a new request",
@@ -109,6 +106,15 @@ class SessionOps:
         if info.active:
             raise ApiError(409, "the session is still running a turn; cancel it or wait for session.ended",
                            code="session_busy")
+        return info
+
+    async def add_message(self, sid: str, principal: Principal, content: str,
+                          max_turns: int | None) -> tuple[int, str]:
+        """Continue an ended or cancelled session with a user message.
+
+        Returns the new turn and the id of the last event before it (subscribe after it).
+        """
+        info = await self.continuable(sid, principal)
         turn = info.turn + 1
         limit = turn + (max_turns or self.cfg.max_turns)
         after = await bus.last_id(self.r, keys.events(sid))

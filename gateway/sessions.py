@@ -127,10 +127,10 @@ async def add_message(sid: str, body: AddMessage, request: Request,
 
 
 async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
-    """400 when the stored conversation (complete once the session ended) and ``content`` cannot
-    fit the context."""
+    """409 when the session cannot be continued now (its conversation is not complete while a turn
+    runs); 400 when the stored conversation and ``content`` cannot fit the context."""
     o = ops(request)
-    info = await o.owned(sid, who)
+    info = await o.continuable(sid, who)
     messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
     await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
                                          sent=False)

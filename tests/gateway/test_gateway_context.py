@@ -52,6 +52,7 @@ def test_a_prompt_longer_than_the_context_is_refused_before_anything_is_queued(g
     ended = http.post("/v1/sessions", json={"messages": USER, "max_tokens": 4}).json()["id"]
     read = asyncio.run(read_sse(gw.url, f"/v1/sessions/{ended}/events"))
     assert read[-1]["body"]["type"] == "session.ended"
+    oneshot = http.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 4}).json()
     before = queued(gw)
     long_chat = {"model": MODEL, "messages": [{"role": "user", "content": LONG}]}
     assert_too_long(http.post("/v1/chat/completions", json=long_chat), f"maximum context length is {CONTEXT} tokens",
@@ -59,6 +60,9 @@ def test_a_prompt_longer_than_the_context_is_refused_before_anything_is_queued(g
     assert_too_long(http.post("/v1/chat/completions", json={**long_chat, "stream": True}))
     assert_too_long(http.post("/v1/sessions", json={"messages": long_chat["messages"]}))
     assert_too_long(http.post(f"/v1/sessions/{ended}/messages", json={"content": LONG}))
+    # a session that cannot be continued at all says so first, whatever the message's length
+    refused = http.post(f"/v1/sessions/{oneshot['id'].removeprefix('chatcmpl-')}/messages", json={"content": LONG})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_oneshot", refused.text
     short = {"model": MODEL, "messages": USER}
     for field in ("max_tokens", "max_completion_tokens"):
         assert_too_long(http.post("/v1/chat/completions", json={**short, field: CONTEXT}), "in the completion")
