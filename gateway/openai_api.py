@@ -29,7 +29,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway.bodies import ChatRequest, NamedToolChoice
-from gateway.errors import ApiError, not_found
+from gateway.errors import ApiError, forced_tool, not_found
 from gateway.limits import check_counts
 from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.openai_format import ChatOptions, ChatStream
@@ -123,16 +123,8 @@ def _check_tool_choice(body: ChatRequest, names: list[str]) -> str | None:
     if len(set(names)) != len(names):
         raise ApiError(400, "tools: function names must be unique", param="tools", code="invalid_value")
     choice = body.tool_choice
-    if choice in ("required",) or isinstance(choice, NamedToolChoice):
-        if not names:
-            raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
-                           code="invalid_value")
-    if isinstance(choice, NamedToolChoice):
-        if choice.function.name not in names:
-            raise ApiError(400, f"tool_choice: function {choice.function.name[:64]!r} is not in tools",
-                           param="tool_choice", code="invalid_value")
-        return choice.function.name
-    return None
+    named = isinstance(choice, NamedToolChoice)
+    return forced_tool(choice == "required" or named, choice.function.name if named else None, names)
 
 
 # --------------------------------------------------------------------------- the endpoint

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ApiError, unsupported
+from gateway.errors import ApiError, forced_tool, unsupported
 from gateway.limits import check_counts
 from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
 from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
@@ -201,18 +201,10 @@ def _tool_choice(choice: Any, client: list[str], servers: bool) -> str | None:
     """The function named by ``tool_choice`` (None if not named); 400 on an impossible choice."""
     if isinstance(choice, OtherChoice):
         raise unsupported("tool_choice", f"type {choice.type[:40]!r}")
-    if choice == "required" or isinstance(choice, FunctionChoice):
-        if servers:
-            raise unsupported("tool_choice", "forcing a call together with mcp tools")
-        if not client:
-            raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
-                           code="invalid_value")
-    if isinstance(choice, FunctionChoice):
-        if choice.name not in client:
-            raise ApiError(400, f"tool_choice: function {choice.name[:64]!r} is not in tools", param="tool_choice",
-                           code="invalid_value")
-        return choice.name
-    return None
+    named = isinstance(choice, FunctionChoice)
+    if (choice == "required" or named) and servers:
+        raise unsupported("tool_choice", "forcing a call together with mcp tools")
+    return forced_tool(choice == "required" or named, choice.name if named else None, client)
 
 
 async def plan(state: Any, body: CreateResponse, key: str) -> Plan:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 
 from gateway.auth import Principal
 from gateway.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
-from gateway.errors import ApiError
+from gateway.errors import ApiError, forced_tool
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
 from runtime.routing import conversation_key
@@ -52,14 +52,10 @@ def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
     """``tool_choice`` and ``response_format`` as the decoder's grammar reads them (400 on a choice
     naming no tool of the session)."""
     choice = body.tool_choice
-    if isinstance(choice, NamedToolChoice):
-        if choice.function.name not in {t["function"]["name"] for t in tools}:
-            raise ApiError(400, f"tool_choice: function {choice.function.name[:64]!r} is not in tools",
-                           param="tool_choice", code="invalid_value")
-        choice = choice.model_dump()
-    if choice == "required" and not tools:
-        raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
-                       code="invalid_value")
+    named = isinstance(choice, NamedToolChoice)
+    forced_tool(choice == "required" or named, choice.function.name if named else None,
+                {t["function"]["name"] for t in tools})
+    choice = choice.model_dump() if named else choice
     fmt = body.response_format.model_dump(exclude_none=True) if body.response_format else None
     if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
         raise ApiError(400, f"response_format: type {fmt['type'][:40]!r} is not supported by this server",

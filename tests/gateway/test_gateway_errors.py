@@ -67,6 +67,9 @@ def test_param_names_the_clients_field_as_openai_does(http: httpx.Client) -> Non
         ("/v1/chat/completions", {**chat, "tools": [{"type": "function", "function": {"name": "f", "strict": "x"}}]},
          "tools[0].function.strict"),
         ("/v1/chat/completions", {**chat, "tool_choice": "bogus"}, "tool_choice"),
+        ("/v1/chat/completions", {**chat, "tool_choice": "required"}, "tool_choice"),  # no tools to force
+        ("/v1/sessions", {"messages": USER, "tools": [{"type": "function", "function": {"name": "lookup"}}],
+                          "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
         ("/v1/chat/completions", {**chat, "tool_choice": {"type": "function", "function": {}}},
          "tool_choice.function.name"),
         ("/v1/chat/completions", {**chat, "messages": [*USER, {"role": "assistant", "content": "a"},
