@@ -22,9 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
-import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -35,12 +33,11 @@ from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
 from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.sessions import Caller
-from gateway.sse import EventStreamResponse
+from gateway.sse import EventStreamResponse, sse_typed
 from runtime.chat_template import PromptError
 
 router = APIRouter(tags=["anthropic"])
 PING_S = 10.0
-_json = msgspec.json.Encoder()
 
 
 @router.post("/v1/messages", response_model=None,
@@ -60,13 +57,8 @@ async def create_message(body: MessagesRequest, request: Request, who: Caller) -
     return err.response(request.url.path) if err else JSONResponse(stream.message())
 
 
-def sse(event: dict[str, Any]) -> bytes:
-    """One stream event as Anthropic frames it: its type as the SSE event name, then the JSON."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + _json.encode(event) + b"\n\n"
-
-
 async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
-    body = run.stream(sse, lambda err: sse(err.body(path)), idle_s=PING_S, idle=sse({"type": "ping"}))
+    body = run.stream(sse_typed, lambda err: sse_typed(err.body(path)), idle_s=PING_S, idle=sse_typed({"type": "ping"}))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -34,12 +33,11 @@ from gateway.limits import check_counts
 from gateway.oneshot import OneshotRun, offered, open_session
 from gateway.openai_format import ChatOptions, ChatStream
 from gateway.sessions import Caller
-from gateway.sse import EventStreamResponse
+from gateway.sse import EventStreamResponse, sse_json
 from runtime.config import Config
 
 router = APIRouter(tags=["openai"])
 DEFAULT_MAX_TOKENS = 1024
-_json = msgspec.json.Encoder()
 
 
 def served_model(cfg: Config) -> str:
@@ -151,8 +149,7 @@ async def chat_completions(body: ChatRequest, request: Request,
 
 async def _chunks(run: OneshotRun) -> AsyncIterator[bytes]:
     """SSE body: ``data: <chunk>`` lines (an error object on failure), then ``data: [DONE]``."""
-    body = run.stream(lambda chunk: b"data: " + _json.encode(chunk) + b"\n\n",
-                      lambda err: b"data: " + _json.encode(err.body()) + b"\n\n")
+    body = run.stream(sse_json, lambda err: sse_json(err.body()))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data

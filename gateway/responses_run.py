@@ -17,7 +17,6 @@ Each finalizes a stored response when it sees the session end (``gateway.respons
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,14 +29,12 @@ from gateway.relay import Dropped, Subscription
 from gateway.responses_format import ResponseStream
 from gateway.responses_read import finalize
 from gateway.responses_store import StoredResponse
-from gateway.sse import while_connected
+from gateway.sse import sse_typed, while_connected
 from runtime.session import Status
 
 log = logging.getLogger(__name__)
 
 
-def sse_frame(event: dict[str, Any]) -> bytes:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
 class ResponseRun:
@@ -75,9 +72,9 @@ class ResponseRun:
         """The SSE body (see the module doc)."""
         try:
             async for event in self.events():
-                yield sse_frame(event)
+                yield sse_typed(event)
         except Dropped as exc:
-            yield sse_frame({"type": "error", "sequence_number": self.stream.seq + 1, "code": "relay_dropped",
+            yield sse_typed({"type": "error", "sequence_number": self.stream.seq + 1, "code": "relay_dropped",
                              "message": f"the event relay dropped this stream ({exc.reason}); resume with "
                                         f"starting_after={self.stream.seq}", "param": None})
         finally:

@@ -13,14 +13,30 @@ import asyncio
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 
-def sse_event(data: bytes, event_id: str | None = None) -> bytes:
-    """One SSE event whose data is a single line (JSON)."""
+_json = msgspec.json.Encoder()
+
+
+def sse_event(data: bytes, event_id: str | None = None, name: str | None = None) -> bytes:
+    """One SSE event whose data is a single line (JSON): ``id:`` and ``event:`` lines when given."""
     head = b"id: " + event_id.encode() + b"\n" if event_id else b""
+    head += b"event: " + name.encode() + b"\n" if name else b""
     return head + b"data: " + data + b"\n\n"
+
+
+def sse_json(obj: Any) -> bytes:
+    """``obj`` as one ``data:`` event (chat completion chunks)."""
+    return sse_event(_json.encode(obj))
+
+
+def sse_typed(event: dict[str, Any]) -> bytes:
+    """``event`` framed as the Anthropic and Responses streams frame theirs: its ``type`` as the event
+    name, then the JSON."""
+    return sse_event(_json.encode(event), name=event["type"])
 
 
 def sse_comment(text: str) -> bytes:
