@@ -80,7 +80,7 @@ TRAIN_RUN ?= .train/run1
 TRAIN_STEPS ?= 12000
 TRAIN_THREADS ?= 2
 TUNE_RUN ?= .train/run2
-TUNE_STEPS ?= 8000
+TUNE_STEPS ?= 7000
 TUNE_LR ?= 1e-3
 MODEL_DIR ?= models/tiny-agent
 # $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags

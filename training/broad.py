@@ -9,8 +9,6 @@ keeps every v1 part and adds, for the fine-tuning phase on top of it:
 - several values for one tool composed from any single-value core ("... in {city} and {city2}");
 - dependent requests (Fahrenheit, differences) composed from weather cores and comparison parts;
 - follow-ups composed from leads, connectors and the new value;
-- small talk that names places and restaurants (past meals, trips) and closing remarks, none a request;
-- party sizes as booking forms put them ("party size 4", "a group of 4"), where the slot follows "for" or a comma;
 - frame noise users type: Title Case, chat abbreviations (u, pls, thx), no space after commas.
 
 Written for training, apart from the evaluation-only phrasings (``training/heldout_phrasings.py``),
@@ -52,10 +50,6 @@ _B_MORE = ["we're {n}, book {restaurant} at {time}", "{n} of us at {restaurant} 
            "at {time}, a table at {restaurant} for {n}", "{time} at {restaurant}, table for {n}",
            "booking for {n} at {restaurant}, {time}", "can we have {restaurant} at {time} for {n}",
            "is there room at {restaurant} for {n} at {time}", "would {restaurant} take {n} at {time}"]
-
-# party sizes as booking forms and people put them, where the slot reads "for {n}" or ", {n}" (v1's plus these)
-PARTY_NOUNS = pb.PARTY_NOUNS + ["party size {n}", "{n} in total", "{n} diners", "a group of {n}", "{n} adults",
-                                "{n} altogether", "a party of {n} people"]
 
 _T_VERB2 = ["what's", "I need", "get me", "check on", "report"]
 _T_OBJ2 = ["the local hour", "the clock time", "the time right now", "the present time"]
@@ -156,10 +150,7 @@ def multi_value_template(rng: random.Random, kind: str, n: int) -> tuple[str, st
     if kind == "weather" and " in {city}" in core and rng.random() < 0.3:
         pattern = rng.choice(["{x} and in {x2}", "{x}, and in {x2}"] if n == 2 else ["{x}, in {x2} and in {x3}"])
     listed = pattern.replace("{x}", "{" + slot + "}").replace("{x2}", "{" + slot + "2}").replace("{x3}", "{" + slot + "3}")
-    core = core.replace("{" + slot + "}", listed)
-    if kind == "time" and core.endswith(listed) and rng.random() < 0.3:  # a word after the last value is not part of it
-        core += rng.choice([" now", " right now", " at the moment", " currently", " these days", " today", " then"])
-    return core, form
+    return core.replace("{" + slot + "}", listed), form
 
 
 # --- dependent requests -------------------------------------------------------------------------
@@ -228,19 +219,7 @@ STATEMENTS = [c + end for c in THERE["weather"][0] for end in ("!", ".", " next 
     "{restaurant} has the best desserts", "my flight from {city} was late", "{city} is on my bucket list",
     "I grew up near {city}", "the view in {city} was stunning", "{restaurant} is my favourite place",
     "I'm reading a book about {city}", "my boss is from {city}", "thanks, {restaurant} was great",
-    "that's all I needed about {city}", "I've never been to {city}", "lunch at {restaurant} was fine"] + _x(
-    ["{M} at {restaurant} was {A} {P}", "{P2}, {m} at {restaurant} was {A}", "we had {m} at {restaurant} {P}, it was {A}"],
-    M=["Breakfast", "Lunch", "Dinner", "Brunch", "Our date night", "The party", "Supper", "The meal"],
-    m=["breakfast", "lunch", "dinner", "brunch", "a meal", "drinks"],
-    A=["great", "lovely", "superb", "delicious", "so good", "a bit noisy", "perfect", "amazing", "disappointing", "wonderful"],
-    P=["yesterday", "last night", "on Friday", "last week", "this evening", "earlier today", "on my birthday"],
-    P2=["Yesterday", "Last night", "On Saturday", "Last week", "Earlier"])[::11]  # a spread of 116 of the 1,280
-
-# closing remarks: the user is done, nothing is asked
-CLOSINGS = _x(["{I}{D}{T}"], I=["", "I think ", "I guess ", "OK, ", "Alright, ", "Right, ", "Well, ", "Great, "],
-              D=["that's all", "we're done", "that's it", "I'm all set", "that covers it", "that should be all",
-                 "that's all I needed", "nothing more", "we're all set", "I'm done", "that wraps it up"],
-              T=["", " for today", " for now", " for the day", " from me", " here", " for this morning"])
+    "that's all I needed about {city}", "I've never been to {city}", "lunch at {restaurant} was fine"]
 
 
 # --- frame noise ----------------------------------------------------------------------------------

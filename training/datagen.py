@@ -81,7 +81,7 @@ class DialogueGen:
     def _template(self, req: rq.Request, form: str, suffix: str = "") -> str:
         """A phrasing whose (form, core) combination belongs to this split."""
         for _ in range(50):
-            t = rq.template(self.rng, req, form, suffix, *((bd.CORES, bd.PARTY_NOUNS) if self.broad else ()))
+            t = rq.template(self.rng, req, form, suffix, bd.CORES if self.broad else None)
             if self._held_out(t) == (self.split == "eval"):
                 return t
         return t
@@ -183,11 +183,8 @@ class DialogueGen:
     def smalltalk(self) -> Exchange:
         kind = self.rng.choice(list(SMALLTALK))
         bodies, replies = SMALLTALK[kind]
-        x = self.rng.random() if self.broad else 1.0
-        if x < 0.3:  # places and restaurants named in statements, not requests
+        if self.broad and self.rng.random() < 0.3:  # places and restaurants named in statements, not requests
             kind, bodies, replies = "chat", bd.STATEMENTS, SMALLTALK["chat"][1]
-        elif x < 0.4:  # "we're done for today": a closing remark, no request
-            kind, bodies, replies = "bye", bd.CLOSINGS, SMALLTALK["bye"][1]
         body = self.rng.choice([b for b in bodies if self._held_out(kind, b) == (self.split == "eval")] or bodies)
         slots = {"city": self.values.city(), "restaurant": self.values.restaurant(), "n": str(self.values.party())}
         template = self.rng.choice(pb.GREETINGS[:6]) + body + self.rng.choice(ENDINGS)

@@ -77,16 +77,16 @@ def _calc(v: Values) -> Request:
     return Request("calc", {"expression": expr}, {"expr": surface.expression(r, expr)})
 
 
-def _party_phrase(rng: random.Random, n_text: str, nouns: list[str] | None = None) -> str:
+def _party_phrase(rng: random.Random, n_text: str) -> str:
     if n_text in ("1", "one"):
         return rng.choice(["{n}", "{n} person", "just {n}" if n_text == "one" else "{n}"])
-    return rng.choice(nouns or pb.PARTY_NOUNS)
+    return rng.choice(pb.PARTY_NOUNS)
 
 
 def template(rng: random.Random, req: Request, form: str, suffix: str = "",
-             cores: dict[str, dict[str, list[str]]] | None = None, party_nouns: list[str] | None = None) -> str:
-    """A phrasing of ``req`` in ``form`` (do | ask | bare), slots renamed with ``suffix``; ``cores`` and
-    ``party_nouns``: the phrasing parts to draw from (``phrasebook``'s unless given)."""
+             cores: dict[str, dict[str, list[str]]] | None = None) -> str:
+    """A phrasing of ``req`` in ``form`` (do | ask | bare), slots renamed with ``suffix``; ``cores``:
+    the phrasing parts to draw from (``phrasebook.CORES`` unless given)."""
     if req.words:
         np = req.words.startswith("the ")
         core = (rng.choice(["what's ", "what is ", "tell me ", "give me "]) + req.words) if np else req.words
@@ -100,9 +100,7 @@ def template(rng: random.Random, req: Request, form: str, suffix: str = "",
             core += " tomorrow"
         if req.when == "date" and "{date}" not in core:
             core += " on {date}"
-    if "{n}" in core:
-        after_for = "for {n}" in core or ", {n}" in core  # where "party size 4" reads as it should
-        core = core.replace("{n}", _party_phrase(rng, req.slots.get("n", ""), party_nouns if after_for else None), 1)
+    core = core.replace("{n}", _party_phrase(rng, req.slots.get("n", "")), 1) if "{n}" in core else core
     return _SLOT.sub(lambda m: "{" + m.group(1) + suffix + "}", core)
 
 

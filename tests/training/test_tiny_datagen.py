@@ -7,7 +7,6 @@ from collections import Counter
 import pytest
 
 from training import broad as bd
-from training import phrasebook as pb
 from training.datagen import DATA_VERSIONS, DialogueGen, render_dialogue, to_messages
 from training.results import key_values
 from training.scripts import SCRIPTS
@@ -132,26 +131,3 @@ def test_data_v2_names_places_in_small_talk_and_never_follows_up_with_a_bare_nam
     assert len(statements) > 10 and all(not x.rounds for x in statements)
     for slot in ("city", "place"):
         assert all(t.replace("{v}", "").strip(" ?,.") for t in bd._F_VALUE[slot]), slot
-
-
-def test_data_v2_closes_without_a_call_and_says_party_sizes_where_they_read() -> None:
-    """Closing remarks ("I think we're done for today") and past meals at a named restaurant are small
-    talk; "party size 4" and its kin appear only where the slot follows "for" or a comma; a word after
-    the last of several time zones ("... and Lima right now") stays out of the values."""
-    gen = DialogueGen("train", 31, "v2")
-    xs = [x for _ in range(3000) for x in gen.dialogue()]
-    closings = [x for x in xs if any(c.lower() in x.user.lower() for c in bd.CLOSINGS if len(c) > 12)]
-    meals = [x for x in xs if " at " in x.user and any(w in x.user.lower() for w in (" was great", " was lovely",
-                                                                                     " was superb", "it was "))
-             and not x.calls]
-    assert len(closings) > 20 and len(meals) > 10
-    assert all(not x.calls and not x.rounds for x in closings)
-    extra = [p.replace("{n}", "").strip() for p in bd.PARTY_NOUNS if p not in pb.PARTY_NOUNS]
-    booked = [x.user.lower() for x in xs if "booking" in x.task]
-    with_extra = [u for u in booked if any(e in u for e in extra)]
-    assert len(with_extra) > 20
-    assert not any(f"{e} seats" in u for u in with_extra for e in ("party size", "in total", "altogether"))
-    rng = random.Random(4)
-    tails = [bd.multi_value_template(rng, "time", 2)[0] for _ in range(400)]
-    assert any(t.endswith(("{place2} now", "{place2} right now", "{place2} at the moment")) for t in tails)
-    assert all("{place2}" in t and "{place2}now" not in t for t in tails)
