@@ -21,7 +21,8 @@ from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
 from workers.decode.vllm_engine import VllmConfig, VllmEngine, template_messages  # noqa: E402
 
-pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+module_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share the module's engine and its loop
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +45,12 @@ def case(engine: VllmEngine, script: Script) -> Case:
 
 
 @pytest.mark.parametrize("check", engine_contract.CHECKS, ids=lambda c: c.__name__)
+@module_loop
 async def test_engine_contract(case: Case, check) -> None:
     await check(case)
 
 
+@module_loop
 async def test_load_report_counts_prefix_hits(case: Case) -> None:
     await engine_contract.collect(case.engine, engine_contract.request())
     stats = case.engine.stats()
@@ -58,12 +61,14 @@ async def test_load_report_counts_prefix_hits(case: Case) -> None:
     assert 0 < stats["prefix_cache_hits"] <= stats["prefix_cache_queries"]
 
 
+@module_loop
 async def test_pin_and_release_are_accepted_and_change_nothing(case: Case) -> None:
     case.engine.pin("s-pinned", 30.0)
     case.engine.release("s-pinned")
     assert case.engine.stats()["pinned_blocks"] == 0
 
 
+@module_loop
 async def test_a_duplicate_live_request_id_is_refused(case: Case) -> None:
     req = engine_contract.request()
     stream = case.engine.generate(req)
@@ -73,6 +78,7 @@ async def test_a_duplicate_live_request_id_is_refused(case: Case) -> None:
     await stream.aclose()
 
 
+@module_loop
 async def test_vllm_errors_raise_engine_error(case: Case) -> None:
     too_long = engine_contract.request([{"role": "user", "content": "weather " * 3000}])
     with pytest.raises(RequestTooLarge, match="fits at most"):  # refused before vLLM sees it
@@ -93,6 +99,7 @@ def test_raw_assistant_turns_render_as_generated() -> None:
     assert out[2]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
 
 
+@module_loop
 async def test_configuration_errors_name_the_key(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="not a local model directory"):
         VllmConfig(model="Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: never downloaded
