@@ -118,11 +118,11 @@ def unsupported(param: str, what: str) -> ApiError:
     return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
 
 
-def forced_tool(forces: bool, name: str | None, names: Collection[str]) -> str | None:
+def forced_tool(required: bool, name: str | None, names: Collection[str]) -> str | None:
     """The function an OpenAI-shaped ``tool_choice`` names (``name``; None when it names none), after
-    the checks all three OpenAI routes make: a choice that forces a call (``required`` or a named
+    the checks all three OpenAI routes make: a choice that forces a call (``required``, or a named
     function) needs tools, and a named function must be one of ``names``."""
-    if forces and not names:
+    if (required or name is not None) and not names:
         raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
                        code="invalid_value")
     if name is not None and name not in names:

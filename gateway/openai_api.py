@@ -121,8 +121,8 @@ def _check_tool_choice(body: ChatRequest, names: list[str]) -> str | None:
     if len(set(names)) != len(names):
         raise ApiError(400, "tools: function names must be unique", param="tools", code="invalid_value")
     choice = body.tool_choice
-    named = isinstance(choice, NamedToolChoice)
-    return forced_tool(choice == "required" or named, choice.function.name if named else None, names)
+    return forced_tool(choice == "required", choice.function.name if isinstance(choice, NamedToolChoice) else None,
+                       names)
 
 
 # --------------------------------------------------------------------------- the endpoint

@@ -201,10 +201,10 @@ def _tool_choice(choice: Any, client: list[str], servers: bool) -> str | None:
     """The function named by ``tool_choice`` (None if not named); 400 on an impossible choice."""
     if isinstance(choice, OtherChoice):
         raise unsupported("tool_choice", f"type {choice.type[:40]!r}")
-    named = isinstance(choice, FunctionChoice)
-    if (choice == "required" or named) and servers:
+    name = choice.name if isinstance(choice, FunctionChoice) else None
+    if (choice == "required" or name is not None) and servers:
         raise unsupported("tool_choice", "forcing a call together with mcp tools")
-    return forced_tool(choice == "required" or named, choice.name if named else None, client)
+    return forced_tool(choice == "required", name, client)
 
 
 async def plan(state: Any, body: CreateResponse, key: str) -> Plan:

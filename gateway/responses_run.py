@@ -35,8 +35,6 @@ from runtime.session import Status
 log = logging.getLogger(__name__)
 
 
-
-
 class ResponseRun:
     def __init__(self, state: Any, sid: str, stream: ResponseStream, sub: Subscription,
                  stored: StoredResponse | None, after: int = -1) -> None:

@@ -108,13 +108,13 @@ class SessionOps:
                            code="session_busy")
         return info
 
-    async def add_message(self, sid: str, principal: Principal, content: str,
+    async def add_message(self, sid: str, info: SessionInfo, content: str,
                           max_turns: int | None) -> tuple[int, str]:
-        """Continue an ended or cancelled session with a user message.
+        """Continue an ended or cancelled session (``info``, as ``continuable`` returned it) with a user
+        message; the continue script refuses it (409) if the session changed since.
 
         Returns the new turn and the id of the last event before it (subscribe after it).
         """
-        info = await self.continuable(sid, principal)
         turn = info.turn + 1
         limit = turn + (max_turns or self.cfg.max_turns)
         after = await bus.last_id(self.r, keys.events(sid))

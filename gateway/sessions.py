@@ -20,7 +20,7 @@ from gateway.errors import ApiError, forced_tool
 from gateway.limits import check_counts
 from gateway.session_ops import SessionOps
 from runtime.routing import conversation_key
-from runtime.session import Status
+from runtime.session import SessionInfo, Status
 from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
 router = APIRouter(tags=["sessions"])
@@ -53,8 +53,7 @@ def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
     naming no tool of the session)."""
     choice = body.tool_choice
     named = isinstance(choice, NamedToolChoice)
-    forced_tool(choice == "required" or named, choice.function.name if named else None,
-                {t["function"]["name"] for t in tools})
+    forced_tool(choice == "required", choice.function.name if named else None, {t["function"]["name"] for t in tools})
     choice = choice.model_dump() if named else choice
     fmt = body.response_format.model_dump(exclude_none=True) if body.response_format else None
     if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
@@ -117,17 +116,16 @@ async def add_message(sid: str, body: AddMessage, request: Request,
     """
     check_counts(request.app.state.cfg, max_turns=body.max_turns)
     content = flatten(body.content) or ""
-    await _fits_after(request, sid, who, content)
-    turn, after = await ops(request).add_message(sid, who, content, body.max_turns)
+    info = await ops(request).continuable(sid, who)  # 409s first, whatever the message
+    await _fits_after(request, sid, info, content)
+    turn, after = await ops(request).add_message(sid, info, content, body.max_turns)
     return {"id": sid, "status": Status.ACTIVE.value, "turn": turn, "after": after, **_links(sid, after)}
 
 
-async def _fits_after(request: Request, sid: str, who: Principal, content: str) -> None:
-    """409 when the session cannot be continued now (its conversation is not complete while a turn
-    runs); 400 when the stored conversation and ``content`` cannot fit the context."""
-    o = ops(request)
-    info = await o.continuable(sid, who)
-    messages = await o.sessions.messages(sid) + [{"role": "user", "content": content}]
+async def _fits_after(request: Request, sid: str, info: SessionInfo, content: str) -> None:
+    """400 when the stored conversation (complete: the session is not running a turn) and ``content``
+    cannot fit the context."""
+    messages = await ops(request).sessions.messages(sid) + [{"role": "user", "content": content}]
     await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
                                          sent=False)
 

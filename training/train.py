@@ -105,26 +105,35 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _cpuinfo_field(cpuinfo: Path, *names: str) -> str:
-    """The first CPU's value of the first of ``names`` found ("" where /proc/cpuinfo is absent)."""
+def _cpuinfo(cpuinfo: Path) -> dict[str, str]:
+    """Each field's first value in ``cpuinfo``, i.e. the first CPU's (empty where it is absent)."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return ""
-    return next((ln.partition(":")[2].strip() for ln in text.splitlines() if ln.startswith(names)), "")
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _flags(fields: dict[str, str]) -> set[str]:
+    return set((fields.get("flags") or fields.get("Features", "")).split())
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The first CPU's feature flags (empty where /proc/cpuinfo is absent)."""
-    return set(_cpuinfo_field(cpuinfo, "flags", "Features").split())
+    return _flags(_cpuinfo(cpuinfo))
 
 
 def machine_text(cpuinfo: Path = Path("/proc/cpuinfo"), cores: int | None = None) -> str:
     """The CPU as a model card states it: ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
-    flags = cpu_flags(cpuinfo)
+    fields = _cpuinfo(cpuinfo)
+    flags = _flags(fields)
     bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
         "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
-    name = _cpuinfo_field(cpuinfo, "model name") or platform.processor() or "CPU"
+    name = fields.get("model name") or platform.processor() or "CPU"
     return f"{cores or os.cpu_count() or 1}-core {name} ({platform.machine()}, {bf16}), no GPU"
 
 
