@@ -142,8 +142,9 @@ class Subscription:
             return await self.queue.get()
         if not self.queue.empty():  # no timer, task and future per event while events are waiting
             return self.queue.get_nowait()
-        try:
-            return await asyncio.wait_for(self.queue.get(), idle_s)
+        try:  # not asyncio.wait_for: on 3.11 it swallows a cancel that meets an arriving event
+            async with asyncio.timeout(idle_s):
+                return await self.queue.get()
         except TimeoutError:
             return _IDLE
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from gateway_harness import event_bytes
 
-from gateway.frames import parse_id
+from gateway.frames import make_frame, parse_id
 from gateway.relay import Dropped, Relay, Subscription
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded
@@ -102,3 +102,30 @@ async def test_a_slow_subscriber_is_dropped_and_resumes_without_loss(relay: Rela
     resumed = await relay.subscribe(sid, parse_id(exc.value.last_id))
     received += await asyncio.wait_for(consume(resumed), 10)
     assert received == all_ids
+
+
+async def test_a_consumer_cancelled_as_an_event_arrives_is_cancelled(relay: Relay) -> None:
+    """A client that leaves cancels its consumer while it waits with a keep-alive timer; an event
+    that arrives in the same step must not swallow that cancel (``asyncio.wait_for`` on 3.11 hands
+    the consumer the event instead, and the Messages stream then kept generating to the end)."""
+    sub = await relay.subscribe("race", (0, 0))
+    got: list[str] = []
+
+    async def read() -> None:
+        async for frame in sub.frames(idle_s=30):
+            got.append(frame.id)
+
+    task = asyncio.create_task(read())
+    try:
+        sub.offer(make_frame("1-1", event_bytes("race", 0, 1, ContentDelta(text="a"))))
+        while not got:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the consumer waits for the next event again
+        sub.offer(make_frame("1-2", event_bytes("race", 0, 2, ContentDelta(text="b"))))
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        assert task.cancelled(), f"the consumer went on after its cancel (read {got})"
+        assert got == ["1-1"]
+    finally:
+        task.cancel()
+        relay.unsubscribe(sub)
