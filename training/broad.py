@@ -9,6 +9,8 @@ keeps every v1 part and adds, for the fine-tuning phase on top of it:
 - several values for one tool composed from any single-value core ("... in {city} and {city2}");
 - dependent requests (Fahrenheit, differences) composed from weather cores and comparison parts;
 - follow-ups composed from leads, connectors and the new value;
+- small talk that names places and restaurants (trips, past meals) and closing remarks, none a request;
+- bookings whose time follows "for" while the party is worded elsewhere ("4 seats at X for 16:15");
 - frame noise users type: Title Case, chat abbreviations (u, pls, thx), no space after commas.
 
 Written for training, apart from the evaluation-only phrasings (``training/heldout_phrasings.py``),
@@ -51,6 +53,17 @@ _B_MORE = ["we're {n}, book {restaurant} at {time}", "{n} of us at {restaurant} 
            "booking for {n} at {restaurant}, {time}", "can we have {restaurant} at {time} for {n}",
            "is there room at {restaurant} for {n} at {time}", "would {restaurant} take {n} at {time}"]
 
+# the time after "for" and the party worded elsewhere ("book 4 seats at X for 16:15": 16 is no party size)
+_B_FOR_TIME = ["{V} {n} seats at {restaurant} for {time}", "{V} {n} places at {restaurant} for {time}",
+               "{V} a table of {n} at {restaurant} for {time}", "{V} {restaurant} for {time}, {n} of us",
+               "{V} {restaurant} for {time} for {n}", "{V} a table at {restaurant} for {time} for {n}",
+               "{V} a table for {time} at {restaurant}, {n}", "{V} {n} spots at {restaurant}, for {time}"]
+_B_FOR_TIME_ASK = ["could we get {n} seats at {restaurant} for {time}", "does {restaurant} have {n} places for {time}",
+                   "can {n} of us get into {restaurant} for {time}", "we're {n} - is {restaurant} free for {time}",
+                   "can you book {restaurant} for {time} for {n}"]
+_B_FOR_TIME_BARE = ["{n} seats, {restaurant}, for {time}", "{restaurant} for {time}: {n} seats",
+                    "{n} of us, {restaurant}, for {time}", "table of {n}, {restaurant}, for {time}"]
+
 _T_VERB2 = ["what's", "I need", "get me", "check on", "report"]
 _T_OBJ2 = ["the local hour", "the clock time", "the time right now", "the present time"]
 _T_ASK2 = ["what's the hour in {place}", "what hour do they have in {place}", "is it daytime in {place}",
@@ -86,8 +99,10 @@ CORES: dict[str, dict[str, list[str]]] = {
                                                    V=pb._W_VERB + _W_VERB2, O=_W_OBJ2)
                 + _x(["{V} {O} in {city}{when}"], V=_W_VERB2, O=pb._W_OBJ),
                 "ask": pb.CORES["weather"]["ask"] + _W_ASK2, "bare": pb.CORES["weather"]["bare"] + _W_BARE2},
-    "booking": {"do": pb.CORES["booking"]["do"] + _x(_B_DO2, V=pb._B_VERB + _B_VERB2) + _x(pb._B_DO, V=_B_VERB2),
-                "ask": pb.CORES["booking"]["ask"] + _B_MORE[10:], "bare": pb.CORES["booking"]["bare"] + _B_MORE[:10]},
+    "booking": {"do": pb.CORES["booking"]["do"] + _x(_B_DO2, V=pb._B_VERB + _B_VERB2) + _x(pb._B_DO, V=_B_VERB2)
+                + _x(_B_FOR_TIME, V=pb._B_VERB + _B_VERB2)[::2],
+                "ask": pb.CORES["booking"]["ask"] + _B_MORE[10:] + _B_FOR_TIME_ASK,
+                "bare": pb.CORES["booking"]["bare"] + _B_MORE[:10] + _B_FOR_TIME_BARE},
     "time": {"do": pb.CORES["time"]["do"] + _x(["{V} {O} in {place}", "{V} {O} for {place}"], V=pb._T_VERB + _T_VERB2,
                                              O=_T_OBJ2),
              "ask": pb.CORES["time"]["ask"] + _T_ASK2, "bare": pb.CORES["time"]["bare"] + _T_BARE2},
@@ -150,7 +165,10 @@ def multi_value_template(rng: random.Random, kind: str, n: int) -> tuple[str, st
     if kind == "weather" and " in {city}" in core and rng.random() < 0.3:
         pattern = rng.choice(["{x} and in {x2}", "{x}, and in {x2}"] if n == 2 else ["{x}, in {x2} and in {x3}"])
     listed = pattern.replace("{x}", "{" + slot + "}").replace("{x2}", "{" + slot + "2}").replace("{x3}", "{" + slot + "3}")
-    return core.replace("{" + slot + "}", listed), form
+    core = core.replace("{" + slot + "}", listed)
+    if kind == "time" and core.endswith(listed) and rng.random() < 0.3:  # a word after the last value is not part of it
+        core += rng.choice([" now", " right now", " at the moment", " currently", " these days", " today", " then"])
+    return core, form
 
 
 # --- dependent requests -------------------------------------------------------------------------
@@ -220,6 +238,21 @@ STATEMENTS = [c + end for c in THERE["weather"][0] for end in ("!", ".", " next 
     "I grew up near {city}", "the view in {city} was stunning", "{restaurant} is my favourite place",
     "I'm reading a book about {city}", "my boss is from {city}", "thanks, {restaurant} was great",
     "that's all I needed about {city}", "I've never been to {city}", "lunch at {restaurant} was fine"]
+
+# past meals at named restaurants: a restaurant and a time of day, and nothing to book
+MEALS = _x(["{M} at {restaurant} was {A} {P}", "{P2}, {m} at {restaurant} was {A}", "we had {m} at {restaurant} {P}, it was {A}"],
+           M=["Breakfast", "Lunch", "Dinner", "Brunch", "Our date night", "The party", "Supper", "The meal"],
+           m=["breakfast", "lunch", "dinner", "brunch", "a meal", "drinks"],
+           A=["great", "lovely", "superb", "delicious", "so good", "a bit noisy", "perfect", "amazing", "disappointing",
+              "wonderful"],
+           P=["yesterday", "last night", "on Friday", "last week", "this evening", "earlier today", "on my birthday"],
+           P2=["Yesterday", "Last night", "On Saturday", "Last week", "Earlier"])
+
+# closing remarks: the user is done, nothing is asked
+CLOSINGS = _x(["{I}{D}{T}"], I=["", "I think ", "I guess ", "OK, ", "Alright, ", "Right, ", "Well, ", "Great, "],
+              D=["that's all", "we're done", "that's it", "I'm all set", "that covers it", "that should be all",
+                 "that's all I needed", "nothing more", "we're all set", "I'm done", "that wraps it up"],
+              T=["", " for today", " for now", " for the day", " from me", " here", " for this morning"])
 
 
 # --- frame noise ----------------------------------------------------------------------------------

@@ -183,8 +183,12 @@ class DialogueGen:
     def smalltalk(self) -> Exchange:
         kind = self.rng.choice(list(SMALLTALK))
         bodies, replies = SMALLTALK[kind]
-        if self.broad and self.rng.random() < 0.3:  # places and restaurants named in statements, not requests
+        x = self.rng.random() if self.broad else 1.0  # v2: v1's kinds keep their share of all exchanges
+        if x < 0.28:  # places and restaurants named in statements, not requests
             kind, bodies, replies = "chat", bd.STATEMENTS, SMALLTALK["chat"][1]
+        elif x < 0.3467:  # a past meal at a restaurant, or "that's all for today": nothing to do
+            kind, bodies, replies = ("chat", bd.MEALS, SMALLTALK["chat"][1]) if self.rng.random() < 0.5 else \
+                ("bye", bd.CLOSINGS, SMALLTALK["bye"][1])
         body = self.rng.choice([b for b in bodies if self._held_out(kind, b) == (self.split == "eval")] or bodies)
         slots = {"city": self.values.city(), "restaurant": self.values.restaurant(), "n": str(self.values.party())}
         template = self.rng.choice(pb.GREETINGS[:6]) + body + self.rng.choice(ENDINGS)
@@ -197,7 +201,7 @@ class DialogueGen:
             if follow is not None:
                 return follow
         x = self.rng.random()
-        weights = (0.28, 0.17, 0.06, 0.10, 0.11) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
+        weights = (0.27, 0.17, 0.06, 0.095, 0.105) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
         for weight, make in zip(weights, (self.single, lambda: self.multi(2), lambda: self.multi(3),
                                           self.multi_value, self.dependent)):
             if x < weight:

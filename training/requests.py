@@ -83,10 +83,15 @@ def _party_phrase(rng: random.Random, n_text: str) -> str:
     return rng.choice(pb.PARTY_NOUNS)
 
 
+# a core that already words the party ("{n} seats", "we're {n}"): its {n} stays a number (data v2)
+_WORDED_PARTY = re.compile(r"(party of|we're|table of) \{n\}|\{n\} (seats|places|spots|of us|covers)")
+
+
 def template(rng: random.Random, req: Request, form: str, suffix: str = "",
              cores: dict[str, dict[str, list[str]]] | None = None) -> str:
     """A phrasing of ``req`` in ``form`` (do | ask | bare), slots renamed with ``suffix``; ``cores``:
-    the phrasing parts to draw from (``phrasebook.CORES`` unless given)."""
+    the phrasing parts to draw from (``phrasebook.CORES`` unless given; given, a core that words
+    the party itself keeps a bare number: no "a party of 4 seats")."""
     if req.words:
         np = req.words.startswith("the ")
         core = (rng.choice(["what's ", "what is ", "tell me ", "give me "]) + req.words) if np else req.words
@@ -100,7 +105,8 @@ def template(rng: random.Random, req: Request, form: str, suffix: str = "",
             core += " tomorrow"
         if req.when == "date" and "{date}" not in core:
             core += " on {date}"
-    core = core.replace("{n}", _party_phrase(rng, req.slots.get("n", "")), 1) if "{n}" in core else core
+    if "{n}" in core and not (cores is not None and _WORDED_PARTY.search(core)):
+        core = core.replace("{n}", _party_phrase(rng, req.slots.get("n", "")), 1)
     return _SLOT.sub(lambda m: "{" + m.group(1) + suffix + "}", core)
 
 

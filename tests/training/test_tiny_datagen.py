@@ -131,3 +131,24 @@ def test_data_v2_names_places_in_small_talk_and_never_follows_up_with_a_bare_nam
     assert len(statements) > 10 and all(not x.rounds for x in statements)
     for slot in ("city", "place"):
         assert all(t.replace("{v}", "").strip(" ?,.") for t in bd._F_VALUE[slot]), slot
+
+
+def test_data_v2_books_with_the_time_after_for_and_keeps_worded_parties_bare() -> None:
+    """Bookings whose time follows "for" while the party is worded elsewhere ("4 seats at X for 16:15")
+    are a good share of v2's, a core that words the party keeps a bare number ("a party of 4 seats"
+    never), and past meals and closing remarks are small talk."""
+    gen = DialogueGen("train", 40, "v2")
+    xs = [x for _ in range(3000) for x in gen.dialogue()]
+    bookings = [x for x in xs if x.task == "booking"]
+    time_after_for = [x for x in bookings if any(f"for {c.arguments['time']}" in x.user.replace("  ", " ")
+                                                 for c in x.calls)]
+    assert len(time_after_for) > 0.08 * len(bookings), (len(time_after_for), len(bookings))
+    for x in bookings:
+        assert all(c.arguments["party_size"] > 0 for c in x.calls)
+        for noun in ("seats", "places", "spots"):
+            assert not any(f"{w} {noun}" in x.user.lower() for w in ("people", "guests", "persons", "of us")), x.user
+    talk = [x.user.lower() for x in xs if not x.calls]
+    meals = sum(any(m.split("{")[0].lower() in t for m in bd.MEALS if not m.startswith("{")) for t in talk)
+    closings = sum(t.rstrip(" .!?").endswith(("we're done for today", "that wraps it up", "that covers it"))
+                   for t in talk)
+    assert meals > 5 and closings > 0, (meals, closings)
