@@ -71,14 +71,20 @@ def check_supported(body: ResponseInputs) -> None:
         raise unsupported("conversation", "the conversations API")
     if body.truncation == "auto":
         raise unsupported("truncation", '"auto"')
-    if body.text and body.text.format:
-        _check_format(body.text.format.model_dump(exclude_none=True))
+    fmt = _text_format(body)
+    if fmt is not None:
+        _check_format(fmt)
     if body.text and body.text.verbosity not in (None, "medium"):
         raise unsupported("text.verbosity", f"{body.text.verbosity[:20]!r}")
     if body.reasoning and body.reasoning.effort is not None:
         raise unsupported("reasoning.effort", f"{body.reasoning.effort[:20]!r} (reasoning is not steerable here)")
     if isinstance(body, CreateResponse):
         _check_create(body)
+
+
+def _text_format(body: ResponseInputs) -> dict[str, Any] | None:
+    """The request's ``text.format`` as sent (None when it sent none)."""
+    return body.text.format.model_dump(exclude_none=True) if body.text and body.text.format else None
 
 
 def _check_create(body: CreateResponse) -> None:
@@ -215,7 +221,7 @@ async def plan(state: Any, body: CreateResponse, key: str) -> Plan:
     max_tokens = body.max_output_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
     _check_limits(cfg, prompt, max_tokens)
     choice = body.tool_choice
-    fmt = body.text.format.model_dump(exclude_none=True) if body.text and body.text.format else None
+    fmt = _text_format(body)
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               # held by the decoder's grammar (workers.decode.constraints)
               "tool_choice": choice.model_dump() if isinstance(choice, FunctionChoice) else choice,
@@ -247,6 +253,5 @@ def _echo(cfg: Any, body: CreateResponse) -> dict[str, Any]:
             "top_p": body.top_p, "max_output_tokens": body.max_output_tokens, "max_tool_calls": None,
             "previous_response_id": body.previous_response_id, "metadata": body.metadata or {}, "user": body.user,
             "store": body.store, "background": body.background, "service_tier": "default",
-            "text": {"format": body.text.format.model_dump(exclude_none=True) if body.text and body.text.format
-                     else {"type": "text"}}, "truncation": "disabled",
+            "text": {"format": _text_format(body) or {"type": "text"}}, "truncation": "disabled",
             "reasoning": {"effort": None, "summary": body.reasoning.summary if body.reasoning else None}}
