@@ -99,7 +99,8 @@ class OneshotRun:
 
     async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[ApiError], bytes], *,
                      idle_s: float | None = None, idle: bytes = b"") -> AsyncIterator[bytes]:
-        """The SSE body.  Leaving early cancels the session."""
+        """The SSE body.  Leaving early, or a failure that ends the stream (the relay dropped it, a
+        regenerated turn diverged), cancels the session: nobody can read the rest of a oneshot turn."""
         finished = False
         try:
             async for f in self.sub.frames(idle_s):
@@ -111,9 +112,8 @@ class OneshotRun:
             for item in self.translator.finish():
                 yield frame(item)
             finished = True
-        except FAILURES as exc:
+        except FAILURES as exc:  # the stream ends here: a session still generating is cancelled
             yield fail(failure(exc))
-            finished = True
         finally:
             await self._release(finished)
 

@@ -1,13 +1,16 @@
-"""gateway.oneshot.open_session: a session whose start fails leaves no watch in the relay."""
+"""gateway.oneshot: a session whose start fails leaves no watch in the relay; a stream that ends
+before its session (the relay dropped it) cancels the session."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from gateway.oneshot import open_session
+from gateway.oneshot import OneshotRun, open_session
+from gateway.relay import Dropped
 
 
 class RecordingRelay:
@@ -54,3 +57,54 @@ async def test_a_start_that_fails_leaves_no_subscription() -> None:
     state.ops = Ops(None)
     sid, sub = await open_session(state, None, PLAN)
     assert sid == "s1" and relay.subs == [sub]
+
+
+class DroppedSubscription:
+    """A subscription the relay dropped (a slow client) before any event."""
+
+    last_id = "0-0"
+
+    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
+        raise Dropped("slow", self.last_id)
+        yield  # an async generator
+
+
+class EndedSubscription:
+    """A subscription whose session ended normally: one event, then the end."""
+
+    last_id = "1-1"
+
+    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
+        yield SimpleNamespace(event="the last event")
+
+
+class Translator:
+    def __init__(self) -> None:
+        self.ended = False
+
+    def feed(self, ev: Any) -> list[Any]:
+        self.ended = True
+        return [ev]
+
+    def finish(self) -> list[Any]:
+        return []
+
+
+class CancelRecordingOps:
+    def __init__(self) -> None:
+        self.cancelled: list[tuple[str, int]] = []
+
+    async def cancel_unchecked(self, sid: str, turn: int) -> None:
+        self.cancelled.append((sid, turn))
+
+
+@pytest.mark.parametrize(("sub", "body", "cancelled"), [
+    (DroppedSubscription(), [b"relay_dropped"], [("s1", 0)]),  # nobody can read the rest: stop generating
+    (EndedSubscription(), [b"the last event"], []),
+])
+async def test_a_stream_that_ends_before_its_session_cancels_it(sub: Any, body: list[bytes], cancelled: list) -> None:
+    ops, relay = CancelRecordingOps(), RecordingRelay()
+    relay.subs.append(sub)
+    run = OneshotRun(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Translator())
+    out = [chunk async for chunk in run.stream(lambda item: item.encode(), lambda err: (err.code or "").encode())]
+    assert out == body and ops.cancelled == cancelled and relay.subs == []
