@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from workers.parser.formats.pyliteral import literal_to_json
@@ -35,6 +37,13 @@ def test_to_json(text: str, schema: dict | None, want: str) -> None:
 ])
 def test_literal_to_json(text: str, want: str | None) -> None:
     assert literal_to_json(text) == want
+
+
+def test_a_malformed_literal_is_none_without_a_warning() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert literal_to_json("{'n': 1and 2}") is None
+    assert [str(w.message) for w in seen] == []
 
 
 def test_tool_schemas_accepts_openai_and_bare_dicts() -> None:

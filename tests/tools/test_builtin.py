@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,15 @@ def test_calculator_rejects_unsafe_or_huge_input(expression: str, fragment: str 
     with pytest.raises(ToolError) as info:
         evaluate(expression)
     assert fragment in str(info.value)
+
+
+def test_calculator_rejects_a_typo_without_a_warning_on_stderr() -> None:
+    """"2or 3" (a model's typo) is a parse error for the caller, not a SyntaxWarning on the worker's stderr."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ToolError, match="cannot parse"):
+            evaluate("2or 3")
+    assert [str(w.message) for w in seen] == []
 
 
 @settings(max_examples=150, deadline=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from typing import Callable
 
 from workers.tools.registry import ToolError
@@ -43,7 +44,9 @@ def evaluate(expression: str) -> Number:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ToolError(f"expression too long ({len(expression)} > {MAX_EXPRESSION_CHARS} characters)")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with warnings.catch_warnings():  # "2or 3": a SyntaxError here, not a warning on the worker's stderr
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise ToolError(f"cannot parse {expression!r}: {getattr(e, 'msg', e)}") from None
     try:

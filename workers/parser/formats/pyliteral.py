@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import warnings
 
 _JSON_NUMBER_OK = frozenset("0123456789.eE+-")
 
@@ -20,7 +21,9 @@ class NotALiteral(ValueError):
 def literal_to_json(text: str) -> str | None:
     """JSON text for the Python literal ``text``, or None if it is not one."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        with warnings.catch_warnings():  # "1and 2": not a literal, and no warning on the worker's stderr
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(text.strip(), mode="eval")
         return _node(tree.body, text.strip())
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
