@@ -64,10 +64,15 @@ def test_tool_choice_forces_calls_the_model_would_not_make(stack_factory) -> Non
     required = ask("Hello! How are you?", tool_choice="required")
     assert required.finish_reason == "tool_calls" and required.message.tool_calls
     assert {c.function.name for c in required.message.tool_calls} <= {t["function"]["name"] for t in TOOLS}
-    # the model would call get_weather here; a named choice makes the call get_time, with the model's arguments
-    named = ask("What's the weather in Paris today?", tool_choice={"type": "function", "function": {"name": "get_time"}})
-    assert [c.function.name for c in named.message.tool_calls] == ["get_time"] and named.finish_reason == "stop"
-    assert isinstance(json.loads(named.message.tool_calls[0].function.arguments), dict)
+    # the model would call get_weather here; a named choice makes every call get_time, with the model's
+    # arguments (it may write more than one); without parallel calls exactly one comes back
+    get_time = {"type": "function", "function": {"name": "get_time"}}
+    named = ask("What's the weather in Paris today?", tool_choice=get_time)
+    assert named.message.tool_calls and named.finish_reason == "stop"
+    assert {c.function.name for c in named.message.tool_calls} == {"get_time"}
+    assert all(isinstance(json.loads(c.function.arguments), dict) for c in named.message.tool_calls)
+    single = ask("What's the weather in Paris today?", tool_choice=get_time, parallel_tool_calls=False)
+    assert [c.function.name for c in single.message.tool_calls] == ["get_time"] and single.finish_reason == "stop"
 
 
 def test_follow_up_requests_go_to_the_decoder_holding_their_prefix(stack_factory) -> None:
