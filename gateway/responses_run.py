@@ -5,9 +5,10 @@ numbers are the same for every reader; ``after`` leaves out the events a resumin
 already has (``starting_after``).  Three ways to consume it:
 
 * ``sse()``      -- ``event: <type>`` / ``data: <json>`` pairs until the terminal event; a relay
-                   drop ends the stream with an ``error`` event (the client resumes with
-                   ``starting_after``).  With ``cancel_on_leave`` (a non-background request) a
-                   client that leaves before the end cancels the session, which stops generation.
+                   drop ends the stream with an ``error`` event: a stored response goes on and the
+                   client resumes with ``starting_after``; one not stored (``store: false``) is
+                   cancelled.  With ``cancel_on_leave`` (a non-background request) a client that
+                   leaves before the end cancels the session, which stops generation.
 * ``collect()``  -- the final Response object (non-streaming request; leaving cancels too).
 * ``follow()``   -- consume to the end with nobody listening (``background: true``).
 
@@ -72,9 +73,14 @@ class ResponseRun:
             async for event in self.events():
                 yield sse_typed(event)
         except Dropped as exc:
+            # a stored response keeps generating for the reader to resume; one not stored cannot be read again
+            cancel_on_leave = cancel_on_leave and self.stored is None
+            then = (f"resume with GET /v1/responses/{self.stream.head.response_id}?stream=true&starting_after="
+                    f"{self.stream.seq}" if self.stored is not None else
+                    "the response is cancelled (it was not stored, so it cannot be resumed)")
             yield sse_typed({"type": "error", "sequence_number": self.stream.seq + 1, "code": "relay_dropped",
-                             "message": f"the event relay dropped this stream ({exc.reason}); resume with "
-                                        f"starting_after={self.stream.seq}", "param": None})
+                             "message": f"the event relay dropped this stream ({exc.reason}); {then}",
+                             "param": None})
         finally:
             await self._release(cancel_on_leave)
 
