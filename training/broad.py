@@ -119,7 +119,7 @@ LEADS = ["Heading out soon. ", "Planning my day. ", "Quick favour. ", "Random qu
          "My boss asked. ", "Question for you: ", "Help! ", "Another one: ", "I was wondering. ", "Hey Assistant, ",
          "Good evening. ", "Morning. ", "Yo, ", "Hi again. ", "Thanks in advance. ", "For my notes: ",
          "I'm on my phone, ", "Need a hand. ", "Small request: ", "Just curious. "]
-TAILS = ["", "", "", " Thanks!", " Thank you.", " Cheers.", " Appreciate it.", " No rush.", " thx", " Danke.",
+TAILS = ["", "", "", " Thanks!", " Thank you.", " Cheers.", " Much appreciated.", " No rush.", " ty", " Danke.",
          " Thanks in advance!", " That's all."]
 THERE: dict[str, tuple[list[str], list[str]]] = {
     "weather": (["I'm flying to {city}", "my parents live in {city}", "we're spending the weekend in {city}",

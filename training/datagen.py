@@ -68,7 +68,7 @@ class DialogueGen:
             raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
         self.broad = data == "v2"
-        self.values = Values(split, self.rng, compound=self.broad)
+        self.values = Values(split, self.rng)
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
     # --- pieces -------------------------------------------------------------------------------
