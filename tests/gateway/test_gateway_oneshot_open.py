@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from standins import DroppedSubscription
 
 from gateway.oneshot import OneshotRun, open_session
-from gateway.relay import Dropped
 
 
 class RecordingRelay:
@@ -57,16 +57,6 @@ async def test_a_start_that_fails_leaves_no_subscription() -> None:
     state.ops = Ops(None)
     sid, sub = await open_session(state, None, PLAN)
     assert sid == "s1" and relay.subs == [sub]
-
-
-class DroppedSubscription:
-    """A subscription the relay dropped (a slow client) before any event."""
-
-    last_id = "0-0"
-
-    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
-        raise Dropped("slow", self.last_id)
-        yield  # an async generator
 
 
 class EndedSubscription:

@@ -4,13 +4,12 @@ so the client can resume it with ``starting_after``; one not stored cannot be re
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from standins import DroppedSubscription
 
-from gateway.relay import Dropped
 from gateway.responses_format import ResponseStream
 from gateway.responses_output import Policy, ResponseHead
 from gateway.responses_run import ResponseRun
@@ -18,16 +17,6 @@ from runtime.session import Status
 
 HEAD = ResponseHead("s1", 1700000000, {"model": "tiny", "instructions": None, "tools": [], "tool_choice": "auto",
                                        "parallel_tool_calls": True, "metadata": {}})
-
-
-class DroppedSubscription:
-    """A subscription the relay dropped before any event (the relay itself is tested on a real server)."""
-
-    last_id = "0-0"
-
-    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
-        raise Dropped("slow", self.last_id)
-        yield  # an async generator
 
 
 class Relay:
