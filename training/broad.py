@@ -121,6 +121,10 @@ LEADS = ["Heading out soon. ", "Planning my day. ", "Quick favour. ", "Random qu
          "I'm on my phone, ", "Need a hand. ", "Small request: ", "Just curious. "]
 TAILS = ["", "", "", " Thanks!", " Thank you.", " Cheers.", " Much appreciated.", " No rush.", " ty", " Danke.",
          " Thanks in advance!", " That's all."]
+# data v3: v2's tails without "Much appreciated." and "ty", small-talk bodies held out for evaluation (a request
+# ending in one taught the model that the body alone asks for a tool); v2 keeps its draws
+TAILS_V3 = ["", "", "", " Thanks!", " Thank you.", " Cheers.", " Appreciate it.", " No rush.", " thx", " Danke.",
+            " Thanks in advance!", " That's all."]
 THERE: dict[str, tuple[list[str], list[str]]] = {
     "weather": (["I'm flying to {city}", "my parents live in {city}", "we're spending the weekend in {city}",
                  "I'll be in {city}", "my team is based in {city}", "off to {city} soon", "I'm visiting {city}",

@@ -106,38 +106,68 @@ def _schedule_text(st: dict) -> str:
         "bf16 autocast" if st.get("precision", "bf16") == "bf16" else "fp32") + f", {_threads_text(st.get('threads'))}"
 
 
+# what each data version adds, for the recipe's phase bullets
+DATA_NOTES = {"v1": "`training/phrasebook.py`", "v2": "v1 plus `training/broad.py`",
+              "v3": "v2 plus names of several words and tails that are never a held-out small-talk body"}
+_COUNT = {2: "two", 3: "three", 4: "four"}
+
+
+def phase_chain(row: dict) -> list[dict]:
+    """The phases that made ``row``'s checkpoint, first first (each fine-tuning run's starting model under ``init``)."""
+    chain = []
+    while row:
+        chain.insert(0, row)
+        row = row.get("init", {})
+    return chain
+
+
 def phases_text(row: dict, hardware: str) -> str:
     """The recipe bullets of each training phase: settings, machine, and where the shipped pick stands."""
     here = row.get("machine", hardware)
-    if "init" not in row:
+    chain = phase_chain(row)
+    if len(chain) == 1:
         return (f"- {_schedule_text(row)}, data {row.get('data', 'v1')}.\n- Hardware: {here}. The shipped checkpoint is "
                 f"step {row['step']}, after {row['elapsed_s'] / 60:.0f} minutes of training.")
-    init = row["init"]
-    total = (init["elapsed_s"] + row["elapsed_s"]) / 60
-    return (f"- Phase 1, from nothing on data {init.get('data', 'v1')} (`training/phrasebook.py`): {_schedule_text(init)}; "
-            f"{init.get('machine', 'machine not recorded')}. Its pick was step {init['step']}, after "
-            f"{init['elapsed_s'] / 60:.0f} minutes.\n"
-            f"- Phase 2, fine-tuning phase 1's pick on data {row.get('data', 'v2')} (v1 plus `training/broad.py`) with a "
-            f"fresh optimizer: {_schedule_text(row)}; {here}. The shipped checkpoint is its step {row['step']}, after "
-            f"{row['elapsed_s'] / 60:.0f} minutes ({total:.0f} minutes of training in all).")
+    total = sum(st["elapsed_s"] for st in chain) / 60
+    lines = []
+    for i, st in enumerate(chain, 1):
+        data = st.get("data", "v1" if i == 1 else "v2")
+        head = (f"- Phase 1, from nothing on data {data} ({DATA_NOTES.get(data, data)}): " if i == 1 else
+                f"- Phase {i}, fine-tuning phase {i - 1}'s pick on data {data} ({DATA_NOTES.get(data, data)}) with a "
+                "fresh optimizer: ")
+        machine = here if st is row else st.get("machine", "machine not recorded")
+        tail = (f"The shipped checkpoint is its step {st['step']}, after {st['elapsed_s'] / 60:.0f} minutes "
+                f"({total:.0f} minutes of training in all)." if st is row else
+                f"Its pick was step {st['step']}, after {st['elapsed_s'] / 60:.0f} minutes.")
+        lines.append(f"{head}{_schedule_text(st)}; {machine}. {tail}")
+    return "\n".join(lines)
 
 
 def trained_text(row: dict) -> str:
-    """The card's first line on cost: one phase or two."""
-    if "init" not in row:
+    """The card's first line on cost: one phase or several."""
+    chain = phase_chain(row)
+    if len(chain) == 1:
         return (f"It was trained from scratch in about {row['elapsed_s'] / 60:.0f} minutes with "
                 f"{_threads_text(row.get('threads'))} on a shared 2-core CPU machine")
-    return (f"It was trained from scratch in two phases, about {row['init']['elapsed_s'] / 60:.0f} + "
-            f"{row['elapsed_s'] / 60:.0f} minutes with {_threads_text(row.get('threads'))} on shared 2-core CPU machines")
+    minutes = " + ".join(f"{st['elapsed_s'] / 60:.0f}" for st in chain)
+    return (f"It was trained from scratch in {_COUNT.get(len(chain), len(chain))} phases, about {minutes} minutes "
+            f"with {_threads_text(row.get('threads'))} on shared 2-core CPU machines")
 
 
 def reproduce_text(row: dict, subject: str = "The shipped model") -> str:
     """How ``make train`` reproduces the run that made ``row``'s checkpoint, from its recorded schedules;
-    for a fine-tuned model, both phases (``subject`` names whose run a sentence is about)."""
-    if "init" in row:
-        return ("`make train` runs both phases: phase 1 into `.train/run1` (its pick goes to `.train/run1/pick`), "
-                "then phase 2 into `.train/run2` from that pick, each with its watcher; phase 2's pick is shipped here. "
-                f"This model's phase 2 started from `{row.get('init_from', '?')}`. " + reproduce_text(row["init"], "Phase 1"))
+    for a fine-tuned model, every phase (``subject`` names whose run a sentence is about)."""
+    chain = phase_chain(row)
+    if len(chain) > 1:
+        n = len(chain)
+        steps = ["phase 1 into `.train/run1` (its pick goes to `.train/run1/pick`)"]
+        steps += [f"phase {i} into `.train/run{i}` from phase {i - 1}'s pick" +
+                  ("" if i == n else f" (its pick goes to `.train/run{i}/pick`)") for i in range(2, n + 1)]
+        runs = ", then ".join(steps)
+        every = "both phases" if n == 2 else f"all {_COUNT.get(n, n)} phases"
+        return (f"`make train` runs {every}: {runs}, each with its watcher; phase {n}'s pick is shipped here. "
+                f"This model's phase {n} started from `{row.get('init_from', '?')}`. " +
+                reproduce_text(chain[0], "Phase 1"))
     threads = row.get("threads", 1)
     flag = "" if threads == 1 else f" TRAIN_THREADS={threads}"
     schedules = row.get("schedules")

@@ -92,9 +92,10 @@ def end_mark(rng: random.Random, form: str) -> str:
     return rng.choice([".", ".", "", "!", ""]) if form == "do" else rng.choice(["", "", "?", ".", "!"])
 
 
-def wrap(rng: random.Random, body: str, form: str, broad: bool = False) -> str:
+def wrap(rng: random.Random, body: str, form: str, broad: bool = False, tails: list[str] | None = None) -> str:
     """A single request ``body`` (a core of ``form``) with greeting, modal, suffix and final mark;
-    ``broad`` (data v2) sometimes puts a lead-in sentence first or a closing sentence after."""
+    ``broad`` (data v2, v3) sometimes puts a lead-in sentence first or a closing sentence (one of ``tails``,
+    v2's by default) after."""
     modal = rng.choice(pb.MODALS) if form == "do" else ""
     if modal in ("can you ", "could you ", "would you ", "could you please ", "can you please "):
         mark = rng.choice(["?", "?", "", "?!"])
@@ -104,15 +105,16 @@ def wrap(rng: random.Random, body: str, form: str, broad: bool = False) -> str:
     if broad and rng.random() < 0.25:
         text = rng.choice(broad_mod.LEADS) + text
     if broad and rng.random() < 0.15:
-        text += rng.choice(broad_mod.TAILS)
+        text += rng.choice(broad_mod.TAILS if tails is None else tails)
     return text
 
 
-def join(rng: random.Random, bodies: list[tuple[str, str]], broad: bool = False) -> str:
-    """Two or three request bodies ((text, form) each) joined into one message template."""
+def join(rng: random.Random, bodies: list[tuple[str, str]], broad: bool = False, tails: list[str] | None = None) -> str:
+    """Two or three request bodies ((text, form) each) joined into one message template (``tails`` as in
+    ``wrap``)."""
     first_form = bodies[0][1]
     texts = [b + ("?" if f == "ask" and rng.random() < 0.5 else "") for b, f in bodies]
     joins = (broad_mod.JOINS, broad_mod.JOINS3) if broad else (pb.JOINS, pb.JOINS3)
     joiner = rng.choice(joins[0] if len(texts) == 2 else joins[1])
     joined = joiner.format(**dict(zip("ABC", texts))).replace("??", "?")
-    return wrap(rng, joined, first_form, broad) if not joined.endswith("?") else rng.choice(pb.GREETINGS) + joined
+    return wrap(rng, joined, first_form, broad, tails) if not joined.endswith("?") else rng.choice(pb.GREETINGS) + joined

@@ -29,7 +29,9 @@ from training.tools_spec import SERVER_TOOLS, TOOLS
 from training.values import Values, split_of
 
 FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
-DATA_VERSIONS = ("v1", "v2")  # v2: v1 plus training/broad.py's parts (the fine-tuning phase)
+# v2: v1 plus training/broad.py's parts (the second phase); v3: v2 plus names of several words and tails
+# without held-out small-talk bodies (the third phase)
+DATA_VERSIONS = ("v1", "v2", "v3")
 
 
 @dataclass
@@ -60,15 +62,17 @@ class Exchange:
 
 class DialogueGen:
     """Draws exchanges and dialogues of one split from a seeded RNG.  ``data`` is the version of the
-    phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from) or
-    ``v2`` (v1 plus ``training/broad.py``).  v1's draws are the same as before v2 existed."""
+    phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from),
+    ``v2`` (v1 plus ``training/broad.py``) or ``v3`` (v2 plus names of several words, and tails that are
+    never a held-out small-talk body).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
             raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
-        self.broad = data == "v2"
-        self.values = Values(split, self.rng)
+        self.broad = data in ("v2", "v3")
+        self.values = Values(split, self.rng, compound=data == "v3")
+        self.tails = bd.TAILS_V3 if data == "v3" else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
     # --- pieces -------------------------------------------------------------------------------
@@ -111,7 +115,8 @@ class DialogueGen:
         if self.broad and req.kind in bd.THERE and not req.words and self.rng.random() < 0.15:
             return self._tool_exchange([req], self._there(req), req.kind)
         form = self._form()
-        return self._tool_exchange([req], compose.wrap(self.rng, self._template(req, form), form, self.broad), req.kind)
+        text = compose.wrap(self.rng, self._template(req, form), form, self.broad, self.tails)
+        return self._tool_exchange([req], text, req.kind)
 
     def _there(self, req: rq.Request) -> str:
         """Two sentences: the first names the value, the second asks about "there" (data v2)."""
@@ -131,7 +136,7 @@ class DialogueGen:
         reqs = self._requests(kinds)
         bodies = [(self._template(q, f, str(i + 1) if i else ""), f)
                   for i, q in enumerate(reqs) for f in [self._form()]]
-        return self._tool_exchange(reqs, compose.join(self.rng, bodies, self.broad), "+".join(sorted(kinds)))
+        return self._tool_exchange(reqs, compose.join(self.rng, bodies, self.broad, self.tails), "+".join(sorted(kinds)))
 
     def multi_value(self) -> Exchange:
         """Several values for one tool: "the weather in Oslo and Rome"."""
@@ -144,7 +149,7 @@ class DialogueGen:
         reqs = [_plain(q) for q in self._requests([kind] * n)]
         if len({json.dumps(q.args) for q in reqs}) < n:
             return self.multi_value()
-        return self._tool_exchange(reqs, compose.wrap(self.rng, t, form, self.broad), "+".join([kind] * n))
+        return self._tool_exchange(reqs, compose.wrap(self.rng, t, form, self.broad, self.tails), "+".join([kind] * n))
 
     def dependent(self) -> Exchange:
         """Weather first, then a calculation on its results (Fahrenheit, difference, average)."""
@@ -155,7 +160,7 @@ class DialogueGen:
             return self.dependent()
         slots = {k: v for i, q in enumerate(reqs) for k, v in rq.slots(q, str(i + 1) if i else "").items()}
         t = bd.dependent_template(self.rng, kind) if self.broad else self.rng.choice(pb.SEQUENTIAL[kind])
-        user = self._message(compose.wrap(self.rng, t, "ask", self.broad), slots)
+        user = self._message(compose.wrap(self.rng, t, "ask", self.broad, self.tails), slots)
         weather = self._calls(reqs, live=True)
         expr = answers.dependent_expression(kind, [c.result["temperature"] for c in weather])
         calc = make_call("calculator", {"expression": expr}, self.rng)

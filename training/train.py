@@ -223,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_hf_dir(args.init_from)
         model.train()
         tok.save(str(args.out / "tokenizer.json"))
-        for src, dst in (("train_state.txt", "init_state.txt"), ("curve.jsonl", "init_curve.jsonl")):
-            if (args.init_from / src).exists():  # how the starting model was trained, for the card
+        # how the starting model was trained, for the card: its state becomes init_state.txt, its own
+        # starting models' (init_state.txt, init_init_state.txt, ...) move one init_ further back
+        copies = [("train_state.txt", "init_state.txt"), ("curve.jsonl", "init_curve.jsonl")]
+        copies += [(p.name, "init_" + p.name) for p in args.init_from.glob("init_*state.txt")]
+        for src, dst in copies:
+            if (args.init_from / src).exists():
                 shutil.copy2(args.init_from / src, args.out / dst)
         cfg = model.cfg
     else:

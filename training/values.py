@@ -46,6 +46,12 @@ TOPICS = ("pizza bread coffee tea bicycle garden piano guitar camera laptop sour
           "dumplings kayaking climbing photography gardening astronomy origami").split()
 _VERBS = "fix clean paint build repair cook grow tune choose store bake brew".split()
 _EVENTS = "festival marathon museum airport zoo concert market hotels restaurants parks".split()
+# data v3 only: names of several words with lowercase joiners and hyphens ("Ciudad de México", "São Paulo",
+# "Saint-Étienne", "Café de Flore"), so a name is copied to its last word; the real ones are held out
+_COMPOUND_CITIES = ("{a} de {b}", "{a} do {b}", "{a} del {b}", "{a} da {b}", "{a} la {b}", "Rio de {b}", "{a} {b}",
+                    "{a} {b}", "{a} {b} {c}", "Saint-{b}", "{a}-{b}", "San {a} de {b}", "{a} an der {b}")
+_COMPOUND_RESTAURANTS = ("Café de {a}", "Casa de {a}", "{a} de {b}", "La {a} del {b}", "Chez {a} {b}", "{a} {b}",
+                         "Le {a} de {b}", "{a}-{b} Grill", "Osteria da {a}")
 _QUERY_FORMS = ("best {t} in {c}", "history of {c}", "how to {v} a {t}", "{c} {e}", "{t} prices", "{t} near {c}",
                 "cheap flights to {c}", "{r} opening hours", "news about {t}", "{t} recipes", "{t} for beginners",
                 "{r} reviews", "things to do in {c}", "{t} tips", "why is {t} popular", "{c} public holidays")
@@ -64,10 +70,18 @@ def split_of(value: str) -> str:
 class Values:
     """Draws canonical values of one split; each draw is rejection-sampled into that split."""
 
-    def __init__(self, split: str, rng: random.Random) -> None:
+    def __init__(self, split: str, rng: random.Random, compound: bool = False) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        self.split, self.rng = split, rng
+        self.split, self.rng, self.compound = split, rng, compound
+
+    def _compound(self, forms: tuple[str, ...]) -> str | None:
+        """Now and then (``compound`` only) a name of several words from ``forms``, else None."""
+        if not self.compound or self.rng.random() >= 0.15:
+            return None
+        r = self.rng
+        latin = lambda: name(r, r.choice(["latin", "latin_x", "latin_x"]) if r.random() < 0.75 else None)
+        return r.choice(forms).format(a=latin().capitalize(), b=latin().capitalize(), c=latin().capitalize())
 
     def _draw(self, make: Callable[[], str], real: tuple[str, ...] = (), p_real: float = 0.0) -> str:
         if real and self.rng.random() < p_real:
@@ -80,6 +94,8 @@ class Values:
 
     def city(self) -> str:
         def make() -> str:
+            if (several := self._compound(_COMPOUND_CITIES)) is not None:
+                return several
             x, base = self.rng.random(), name(self.rng)
             if x < 0.08:
                 return f"{self.rng.choice(['San', 'Port', 'New', 'Lake', 'Saint', 'Bad'])} {name(self.rng, 'latin')}"
@@ -91,6 +107,8 @@ class Values:
     def restaurant(self) -> str:
         def make() -> str:
             r = self.rng
+            if (several := self._compound(_COMPOUND_RESTAURANTS)) is not None:
+                return several
             return r.choice(_RESTAURANT_FORMS).format(n=name(r), m=name(r), a=r.choice(_ADJ), o=r.choice(_NOUN))
         return self._draw(make, REAL_RESTAURANTS, 0.1)
 

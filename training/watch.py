@@ -68,12 +68,18 @@ def parse_state(path: Path) -> dict:
     return row
 
 
+def init_states(run: Path, prefix: str = "init_") -> dict:
+    """``{"init": facts}`` of the model a run started from (``<run>/init_state.txt``, which the trainer
+    copied), with that model's own starting model under its ``init`` (``init_init_state.txt``) and so on;
+    ``{}`` for a run from nothing."""
+    path = run / f"{prefix}state.txt"
+    return {"init": parse_state(path) | init_states(run, "init_" + prefix)} if path.exists() else {}
+
+
 def train_state(snap: Path) -> dict:
     """The trainer's facts about a snapshot (``parse_state``); for a run that started from another model,
-    that model's own facts under ``init`` (the trainer copied them to ``<run>/init_state.txt``)."""
-    row = parse_state(snap / "train_state.txt")
-    init = snap.parent.parent / "init_state.txt"
-    return row | ({"init": parse_state(init)} if init.exists() else {})
+    that model's own facts under ``init``, and so on back to the phase trained from nothing."""
+    return parse_state(snap / "train_state.txt") | init_states(snap.parent.parent)
 
 
 def curve_point(snap: Path, scale: float) -> dict:
@@ -102,6 +108,8 @@ def ship(snap: Path, row: dict, curve: list[dict], dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_FILES:
         shutil.copy2(snap / name, dest / name)
+    for path in snap.parent.parent.glob("init_*state.txt"):  # how its starting models were trained
+        shutil.copy2(path, dest / path.name)
     (dest / "README.md").write_text(build_card(dest, row, curve))
     (dest / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
 

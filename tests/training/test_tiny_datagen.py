@@ -152,3 +152,35 @@ def test_data_v2_books_with_the_time_after_for_and_keeps_worded_parties_bare() -
     closings = sum(t.rstrip(" .!?").endswith(("we're done for today", "that wraps it up", "that covers it"))
                    for t in talk)
     assert meals > 5 and closings > 0, (meals, closings)
+
+
+def test_data_v3_names_of_several_words_with_joiners_and_hyphens_are_copied_whole() -> None:
+    """v3 draws cities and restaurants like "X de Y", "X Y Z" and "Saint-X" (held-out real ones are
+    "Ciudad de México", "Hồ Chí Minh", "Saint-Étienne"); the call carries the whole name. v1 and v2 keep
+    their draws, so the in-distribution set and the first two phases' data are unchanged."""
+    gen = DialogueGen("train", 50, "v3")
+    xs = [x for _ in range(2000) for x in gen.dialogue()]
+    names = [v for x in xs for c in x.calls for k, v in c.arguments.items() if k in ("city", "restaurant")]
+    joined = [v for v in names if any(f" {j} " in v for j in ("de", "do", "del", "da", "la"))]
+    hyphened = [v for v in names if "-" in v]
+    assert len(joined) > 0.02 * len(names) and len(hyphened) > 0.01 * len(names), (len(joined), len(names))
+    several = Values("eval", random.Random(5), compound=True)
+    assert all(split_of(v) == "eval" for _ in range(500) for v in (several.city(), several.restaurant()))
+    v1 = Values("train", random.Random(5))
+    assert not any(" de " in v1.city() or " de " in v1.restaurant() for _ in range(3000))
+
+
+def test_data_v3_tails_and_leads_never_repeat_a_held_out_small_talk_body() -> None:
+    """A v2 request ending "... Much appreciated." taught the model that "much appreciated", a small-talk
+    body held out for evaluation, asks for a tool; no v3 lead or tail may be a held-out body, and v3's
+    requests use v3's tails."""
+    from training.smalltalk import KINDS as SMALLTALK
+    held_out = {b.lower() for kind, (bodies, _) in SMALLTALK.items() for b in bodies
+                if split_of(f"{kind}|{b}") == "eval"}
+    assert "much appreciated" in held_out
+    assert "much appreciated" in {t.strip(" .").lower() for t in bd.TAILS}  # v2, kept for its draws
+    for part in bd.TAILS_V3 + bd.LEADS:
+        assert part.strip(" .!?,:").lower() not in held_out, part
+    gen = DialogueGen("train", 60, "v3")
+    users = [x.user for _ in range(3000) for x in gen.dialogue() if x.calls]
+    assert any(u.endswith(" Appreciate it.") for u in users) and not any("Much appreciated" in u for u in users)

@@ -146,6 +146,44 @@ def test_the_card_states_both_phases_of_a_two_phase_model() -> None:
     assert phases_text(single, "unused").startswith("- peak lr 0.001") and "two phases" not in trained_text(single)
 
 
+PHASE2 = ("step 7000\nelapsed_s 5417\nthreads 2\nprecision bf16\nschedules 0:7000\ndata v2\nlr 0.001\nwarmup 100\n"
+          "machine 2-core AMD EPYC (x86_64, native bf16: AVX-512 BF16), no GPU\ninit_from .train/run1/pick\n")
+
+
+def test_a_third_phase_reads_the_chain_of_starting_models_and_ships_it_on(tmp_path: Path) -> None:
+    """Phase 3 starts from phase 2's pick, which started from phase 1's: the trainer copied their facts to
+    init_state.txt and init_init_state.txt; the card states all three, and the shipped directory carries
+    the chain so that a fourth phase could start from it."""
+    from training.card import phases_text, reproduce_text, trained_text
+
+    run = tmp_path / "run3"
+    snap = _snapshot(run, 3000)
+    (snap / "train_state.txt").write_text("step 3000\nelapsed_s 1500\nthreads 2\nprecision bf16\nschedules 0:3000\n"
+                                          "data v3\nlr 0.0005\nwarmup 100\nmachine 2-core Intel(R) Xeon(R) "
+                                          "Processor (x86_64, native bf16: AMX), no GPU\ninit_from .train/run2/pick\n")
+    (run / "init_state.txt").write_text(PHASE2)
+    (run / "init_init_state.txt").write_text(PHASE1)
+    row = watch.train_state(snap)
+    assert [row["step"], row["init"]["step"], row["init"]["init"]["step"]] == [3000, 7000, 11441]
+    assert "init" not in row["init"]["init"]
+    text = phases_text(row, "unused")
+    assert "Phase 1, from nothing on data v1" in text and "Its pick was step 11441, after 84 minutes" in text
+    assert "Phase 2, fine-tuning phase 1's pick on data v2" in text and "Its pick was step 7000, after 90 minutes" in text
+    assert "Phase 3, fine-tuning phase 2's pick on data v3 (v2 plus names of several words" in text
+    assert "peak lr 0.0005, 100 warm-up steps, 3000-step cosine" in text
+    assert "its step 3000, after 25 minutes (199 minutes of training in all)" in text
+    assert trained_text(row).startswith("It was trained from scratch in three phases, about 84 + 90 + 25 minutes")
+    repro = reproduce_text(row)
+    assert "`make train` runs all three phases" in repro and "phase 3 into `.train/run3` from phase 2's pick" in repro
+    assert "(its pick goes to `.train/run2/pick`)" in repro and "phase 3 started from `.train/run2/pick`" in repro
+    assert "Phase 1 is the output of one run of `make train TRAIN_STEPS=12000 TRAIN_THREADS=2`" in repro
+    dest = tmp_path / "shipped"
+    figures = {name: dict.fromkeys(watch.METRICS, 0.9) | {"n": 10} for name in ("indist", "harder", "legacy")}
+    watch.ship(snap, row | figures, [], dest)
+    assert (dest / "init_state.txt").read_text() == PHASE2 and (dest / "init_init_state.txt").read_text() == PHASE1
+    assert "three phases" in (dest / "README.md").read_text()
+
+
 def test_a_fine_tuning_runs_curve_follows_the_starting_models(tmp_path: Path) -> None:
     from training.card import curve_table
 
