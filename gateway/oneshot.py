@@ -119,19 +119,18 @@ class OneshotRun:
 
     async def collect(self, request: Request) -> ApiError | None:
         """Relay the whole turn (cancelled if the client leaves); None when it completed."""
-        consume = None
+        outcome = None
         try:
-            consume = await while_connected(self._consume(), request)
+            outcome = await while_connected(self._consume(), request)
         finally:
-            await self._release(consume is not None and not consume.cancelled() and consume.exception() is None)
-        if consume.cancelled():
+            await self._release(outcome is not None and outcome.completed)
+        if outcome.left:
             return failure(Dropped("client disconnected", self.sub.last_id))
-        exc = consume.exception()
-        if exc is None:
+        if outcome.error is None:
             return None
-        if isinstance(exc, FAILURES):
-            return failure(exc)
-        raise exc
+        if isinstance(outcome.error, FAILURES):
+            return failure(outcome.error)
+        raise outcome.error
 
     async def _consume(self) -> None:
         async for f in self.sub.frames():

@@ -87,13 +87,13 @@ class ResponseRun:
     async def collect(self, request: Request) -> JSONResponse:
         """The final Response object; a client that leaves first cancels the response."""
         try:
-            consume = await while_connected(self._drain(), request)
+            outcome = await while_connected(self._drain(), request)
         finally:
             await self._release(True)
-        if not consume.cancelled() and isinstance(consume.exception(), Dropped):
+        if isinstance(outcome.error, Dropped):
             raise ApiError(503, "the event relay dropped this request", type="server_error", code="relay_dropped")
-        if not consume.cancelled() and consume.exception() is not None:
-            raise consume.exception()
+        if outcome.error is not None:
+            raise outcome.error
         return JSONResponse(self.stream.snapshot())
 
     async def follow(self) -> None:

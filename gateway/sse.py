@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
-
 
 _json = msgspec.json.Encoder()
 
@@ -83,8 +83,21 @@ class EventStreamResponse(StreamingResponse):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def while_connected(work: Coroutine[Any, Any, Any], request: Request) -> asyncio.Task:
-    """Run ``work`` until it ends or the client disconnects (it is then cancelled); returns its task."""
+@dataclass(frozen=True)
+class Outcome:
+    """How work run ``while_connected`` ended: the client ``left`` first (the work was cancelled), or it
+    finished, raising ``error`` or not."""
+
+    left: bool
+    error: BaseException | None = None
+
+    @property
+    def completed(self) -> bool:
+        return not self.left and self.error is None
+
+
+async def while_connected(work: Coroutine[Any, Any, Any], request: Request) -> Outcome:
+    """Run ``work`` until it ends or the client disconnects (it is then cancelled)."""
     task = asyncio.create_task(work)
     gone = asyncio.create_task(_disconnected(request))
     try:
@@ -93,7 +106,7 @@ async def while_connected(work: Coroutine[Any, Any, Any], request: Request) -> a
         for t in (task, gone):
             t.cancel()
         await asyncio.gather(task, gone, return_exceptions=True)
-    return task
+    return Outcome(left=True) if task.cancelled() else Outcome(left=False, error=task.exception())
 
 
 async def _disconnected(request: Request) -> None:
