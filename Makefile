@@ -98,7 +98,7 @@ define train_phase
 endef
 train: install           ## retrain models/tiny-agent in three phases (resumable), learning curves and picks
 	@if [ -f $(TRAIN_RUN)/pick/model.safetensors ] || [ -f $(TUNE_RUN)/pick/model.safetensors ]; then \
-	echo "phase 1 done: $(TRAIN_RUN)/pick"; else \
+	echo "phase 1 done (or not needed: phase 2's pick exists)"; else \
 	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1); fi
 	@if [ -f $(TUNE_RUN)/pick/model.safetensors ]; then echo "phase 2 done: $(TUNE_RUN)/pick"; else \
 	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2); fi

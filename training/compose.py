@@ -92,10 +92,10 @@ def end_mark(rng: random.Random, form: str) -> str:
     return rng.choice([".", ".", "", "!", ""]) if form == "do" else rng.choice(["", "", "?", ".", "!"])
 
 
-def wrap(rng: random.Random, body: str, form: str, broad: bool = False, tails: list[str] | None = None) -> str:
+def wrap(rng: random.Random, body: str, form: str, broad: bool, tails: list[str]) -> str:
     """A single request ``body`` (a core of ``form``) with greeting, modal, suffix and final mark;
     ``broad`` (data v2, v3) sometimes puts a lead-in sentence first or a closing sentence (one of ``tails``,
-    v2's by default) after."""
+    the data version's: no default, so that no caller falls back to another version's) after."""
     modal = rng.choice(pb.MODALS) if form == "do" else ""
     if modal in ("can you ", "could you ", "would you ", "could you please ", "can you please "):
         mark = rng.choice(["?", "?", "", "?!"])
@@ -105,11 +105,11 @@ def wrap(rng: random.Random, body: str, form: str, broad: bool = False, tails: l
     if broad and rng.random() < 0.25:
         text = rng.choice(broad_mod.LEADS) + text
     if broad and rng.random() < 0.15:
-        text += rng.choice(broad_mod.TAILS if tails is None else tails)
+        text += rng.choice(tails)
     return text
 
 
-def join(rng: random.Random, bodies: list[tuple[str, str]], broad: bool = False, tails: list[str] | None = None) -> str:
+def join(rng: random.Random, bodies: list[tuple[str, str]], broad: bool, tails: list[str]) -> str:
     """Two or three request bodies ((text, form) each) joined into one message template (``tails`` as in
     ``wrap``)."""
     first_form = bodies[0][1]
