@@ -86,7 +86,12 @@ def continuation(first: GenerateRequest, raw: str, result: str = '{"temp": 18}')
 async def first_delta_comes_with_the_first_token_and_prompt_counts(case: Case) -> None:
     deltas = await collect(case.engine, request())
     first = deltas[0]
-    assert not first.finished and 1 <= first.n_tokens <= 2  # one token (two if the consumer lagged once)
+    # Streamed, not buffered: the first delta is a prefix of the completion, not all of it.  How many
+    # tokens it holds is how many the engine made before the consumer looked (one on an idle machine,
+    # more when the runner is loaded: vLLM merges the deltas a slow consumer has not taken), so the
+    # check bounds it by the whole completion, not by one.
+    assert not first.finished and 1 <= first.n_tokens < len(case.script.ids)
+    assert first.text and case.script.text.startswith(first.text)
     assert first.prompt_tokens > case.block_size
     assert text_of(deltas) == case.script.text
 
