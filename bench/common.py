@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,27 @@ def vllm_env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CACHE_ROOT": str(tmp / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
             "XDG_CACHE_HOME": str(tmp / "cache"), "TMPDIR": str(tmp)}
+
+
+QUIET_CORES = 0.05  # under this share of one core: quiet
+QUIET_WINDOW_S = 0.25
+QUIET_TIMEOUT_S = 20.0
+
+
+def wait_quiet(cpu_seconds: Callable[[], float], timeout_s: float = QUIET_TIMEOUT_S) -> float | None:
+    """Wait until ``cpu_seconds`` (of other processes: a server, an engine) grows by under ``QUIET_CORES``
+    of a core over ``QUIET_WINDOW_S``: the seconds waited, or None when it did not within ``timeout_s``.
+    vLLM's engine keeps a core busy for about a second after its last request; whatever is timed next
+    on a 2-core machine would otherwise pay for it."""
+    waited, prev = 0.0, cpu_seconds()
+    while waited < timeout_s:
+        time.sleep(QUIET_WINDOW_S)
+        waited += QUIET_WINDOW_S
+        cur = cpu_seconds()
+        if cur - prev < QUIET_CORES * QUIET_WINDOW_S:
+            return waited
+        prev = cur
+    return None
 
 
 def tree_cpu_seconds(root: int) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bench.common import mismatches, progress, vllm_env, vllm_python
+from bench.common import mismatches, progress, tree_cpu_seconds, vllm_env, vllm_python, wait_quiet
 from bench.vllm_decode import REPLY
 from runtime.chat_template import ChatTokenizer
 from turnstream.embedded import _die_with_parent
@@ -93,6 +93,8 @@ class VllmTimer:
         self.proc.stdin.write(json.dumps({"batch": batch, "new_tokens": new_tokens, "prompt": prompt}) + "\n")
         self.proc.stdin.flush()
         reply = self._read()
+        if wait_quiet(lambda: tree_cpu_seconds(self.proc.pid)) is None:  # the engine spins after a request
+            progress("vLLM did not go quiet after its run; timing the next engine anyway")
         return reply["seconds"], reply["tokens"]
 
     def close(self) -> None:

@@ -9,8 +9,11 @@ round, so that load from other processes hits all of them alike.  A level sends 
 concurrency streamed chat completions (plain-text replies, greedy, ``--max-tokens``), at most
 concurrency in flight.  Printed per server and level: time to the first content token (p50/p90),
 output tokens/s over the level, and the CPU seconds of the server's whole process tree per output
-token.  The vLLM sides need ``.venv-vllm`` (``make venv-vllm``) and are skipped, saying why, without
-it.  Every request must stream text and report its tokens (usage), else the run is void (exit 1).
+token.  Each level starts once every server is quiet (``settle``: vLLM's engine keeps a core busy for
+about a second after its last request, which the server measured next would otherwise pay for), and
+the CPU the other servers used during it is reported (``background_cores``).  The vLLM sides need
+``.venv-vllm`` (``make venv-vllm``) and are skipped, saying why, without it.  Every request must
+stream text and report its tokens (usage), else the run is void (exit 1).
 Goals: turnstream-vllm TTFT p50 <= 1.1 x vllm-server + 5 ms at every level and throughput >= 0.95 x;
 turnstream-native ahead of vllm-server on both.  Writes ``serve.json``, ``serve.md`` and ``serve.png``.
 """
@@ -27,9 +30,10 @@ from typing import Any
 
 import httpx
 
-from bench.common import DEFAULT_OUT, VLLM_VENV, percentile, progress, verdict, vllm_python, write_results
-from bench.servers import KINDS, Server, make_server
+from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, VLLM_VENV, percentile, progress, verdict, vllm_python,
+                          wait_quiet, write_results)
 from bench.serve_report import goals, plot, table
+from bench.servers import KINDS, Server, make_server
 from runtime.config import DEFAULT_MODEL_DIR
 
 SERVED = "tiny-agent"
@@ -103,6 +107,17 @@ async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -
     return {"results": results, "wall_s": wall, "cpu_s": sum(cpu.values()), "cpu_by_process": cpu}
 
 
+# --------------------------------------------------------------------------- quiet
+def tree_cpu(servers: dict[str, Server]) -> dict[str, float]:
+    """CPU seconds so far of each server's whole process tree."""
+    return {name: sum(server.cpu_by_process().values()) for name, server in servers.items()}
+
+
+def settle(servers: dict[str, Server], timeout_s: float = QUIET_TIMEOUT_S) -> float | None:
+    """Wait until every server is quiet (``bench.common.wait_quiet``): the seconds waited, or None."""
+    return wait_quiet(lambda: sum(tree_cpu(servers).values()), timeout_s)
+
+
 # --------------------------------------------------------------------------- the run
 def check(name: str, level: int, results: list[dict[str, Any]]) -> list[str]:
     """Every request streamed text, reported its tokens in usage, and finished."""
@@ -124,6 +139,7 @@ def summarise(levels: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, An
         ttft = [r["ttft"] * 1e3 for r in results if r.get("ttft") is not None]
         tokens = sum(r["tokens"] for r in results)
         wall, cpu = sum(run["wall_s"] for run in runs), sum(run["cpu_s"] for run in runs)
+        background = sum(run.get("background_cpu_s", 0.0) for run in runs)
         by_process: dict[str, float] = {}
         for run in runs:
             for k, v in run["cpu_by_process"].items():
@@ -131,6 +147,7 @@ def summarise(levels: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, An
         out[level] = {"requests": len(results), "tokens": tokens, "ttft_p50_ms": percentile(ttft, 50),
                       "ttft_p90_ms": percentile(ttft, 90), "tok_s": tokens / wall if wall else 0.0,
                       "cpu_ms_per_token": 1e3 * cpu / tokens if tokens else float("nan"),
+                      "background_cores": background / wall if wall else 0.0,  # other servers' CPU meanwhile
                       "cpu_ms_per_token_by_process": {k: round(1e3 * v / max(tokens, 1), 3)
                                                       for k, v in sorted(by_process.items(), key=lambda kv: -kv[1])},
                       "lengths": sorted((r.get("prompt", ""), r["tokens"]) for r in results)}
@@ -163,12 +180,18 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
     for rnd in range(args.rounds):
         for level in args.levels:
             for name, server in servers.items():
+                if settle(servers) is None:
+                    progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
+                others = {k: v for k, v in servers.items() if k != name}
+                before = sum(tree_cpu(others).values())
                 run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
+                run["background_cpu_s"] = sum(tree_cpu(others).values()) - before
                 problems += check(name, level, run["results"])
                 runs[name][level].append(run)
                 ttft = [r["ttft"] * 1e3 for r in run["results"] if r.get("ttft")]
                 progress(f"round {rnd + 1} c={level} {name}: TTFT p50 {percentile(ttft, 50):.1f} ms, "
-                         f"{sum(r['tokens'] for r in run['results']) / run['wall_s']:.0f} tok/s")
+                         f"{sum(r['tokens'] for r in run['results']) / run['wall_s']:.0f} tok/s, "
+                         f"other servers meanwhile {100 * run['background_cpu_s'] / run['wall_s']:.0f} % of a core")
     if not servers:
         problems.append("no server could be run")
     return {name: summarise(levels) for name, levels in runs.items()}, problems

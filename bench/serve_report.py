@@ -69,6 +69,9 @@ def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
     for name, s in summary.items():
         text += f"\n- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in s[top]["cpu_ms_per_token_by_process"].items()
                                             if v >= 0.005)
+    text += "\n\nThe other servers' CPU while each was measured (all levels; each level starts with every server quiet): "
+    text += ", ".join(f"{name} {100 * max(s[c].get('background_cores', 0.0) for c in levels):.0f} % of a core at most"
+                      for name, s in summary.items()) + "."
     text += (f"\n\nGoals: turnstream-vllm TTFT p50 <= {TTFT_FACTOR} x vLLM server + {TTFT_SLACK_MS:g} ms, tok/s >= "
              f"{THROUGHPUT_FACTOR} x; turnstream-native ahead of the vLLM server on both.  CPU per token: the "
              f"server's whole process tree at concurrency {top}.")

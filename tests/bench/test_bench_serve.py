@@ -8,8 +8,8 @@ import sys
 import time
 
 from bench import serve, serve_report
-from bench.common import tree_cpu_seconds
-from bench.servers import vllm_cli_flags
+from bench.common import QUIET_WINDOW_S, tree_cpu_seconds
+from bench.servers import Server, vllm_cli_flags
 
 
 def test_serve_requests_must_stream_text_and_count_tokens() -> None:
@@ -34,6 +34,36 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
     assert met["turnstream-native"]["ttft"] == {1: True, 32: False} and not met["turnstream-native"]["met"]
     assert serve_report.goals({"turnstream-native": summary["turnstream-native"]}, [1, 32]) == {}
     assert "turnstream-vllm: TTFT goal MISSED (@1 ok, @32 missed)" in serve_report.table(summary, [1, 32], met)
+    summary["turnstream-native"][32]["background_cores"] = 0.42
+    assert "turnstream-native 42 % of a core at most" in serve_report.table(summary, [1, 32], met)
+
+
+def _burner(tmp_path, seconds: float) -> Server:
+    """A server whose tree burns ``seconds`` of CPU, then sleeps (as vLLM's engine spins after a request)."""
+    burn = f"import time\nwhile time.process_time() < {seconds}: pass\ntime.sleep(60)"
+    server = Server("burner", [sys.executable, "-c", burn], dict(os.environ))
+    server.start(tmp_path / "burner.log")
+    return server
+
+
+def test_settle_waits_until_every_server_is_quiet(tmp_path) -> None:
+    busy = _burner(tmp_path, 0.6)
+    try:
+        assert serve.settle({"busy": busy}) is not None
+        assert busy.cpu_seconds() >= 0.55  # it returned once the burn was over, not before
+        assert serve.settle({"busy": busy}) == QUIET_WINDOW_S  # quiet already: one window
+    finally:
+        busy.proc.kill()
+        busy.proc.wait()
+
+
+def test_settle_gives_up_on_a_server_that_never_goes_quiet(tmp_path) -> None:
+    spinning = _burner(tmp_path, 600.0)
+    try:
+        assert serve.settle({"spinning": spinning}, timeout_s=3 * QUIET_WINDOW_S) is None
+    finally:
+        spinning.proc.kill()
+        spinning.proc.wait()
 
 
 def test_vllm_flags_from_engine_arguments() -> None:

@@ -31,3 +31,5 @@ def test_serve_bench_runs_vllms_server_turnstream_on_vllm_and_native(tmp_path: P
     data = assert_valid(run, "serve")
     assert set(data["summary"]) == {"vllm-server", "turnstream-vllm", "turnstream-native"}
     assert all(s["2"]["tokens"] > 0 and s["2"]["cpu_ms_per_token"] > 0 for s in data["summary"].values())  # JSON keys
+    # every level started with the others quiet, and what they used meanwhile is reported
+    assert all(0 <= lvl["background_cores"] < 2 for s in data["summary"].values() for lvl in s.values())
