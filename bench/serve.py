@@ -108,14 +108,14 @@ async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -
 
 
 # --------------------------------------------------------------------------- quiet
-def tree_cpu(servers: dict[str, Server]) -> dict[str, float]:
-    """CPU seconds so far of each server's whole process tree."""
-    return {name: sum(server.cpu_by_process().values()) for name, server in servers.items()}
+def tree_cpu(servers: dict[str, Server]) -> float:
+    """CPU seconds so far of the servers' whole process trees together."""
+    return sum(server.cpu_seconds() for server in servers.values())
 
 
 def settle(servers: dict[str, Server], timeout_s: float = QUIET_TIMEOUT_S) -> float | None:
     """Wait until every server is quiet (``bench.common.wait_quiet``): the seconds waited, or None."""
-    return wait_quiet(lambda: sum(tree_cpu(servers).values()), timeout_s)
+    return wait_quiet(lambda: tree_cpu(servers), timeout_s)
 
 
 # --------------------------------------------------------------------------- the run
@@ -183,9 +183,9 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
                 if settle(servers) is None:
                     progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
                 others = {k: v for k, v in servers.items() if k != name}
-                before = sum(tree_cpu(others).values())
+                before = tree_cpu(others)
                 run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
-                run["background_cpu_s"] = sum(tree_cpu(others).values()) - before
+                run["background_cpu_s"] = tree_cpu(others) - before
                 problems += check(name, level, run["results"])
                 runs[name][level].append(run)
                 ttft = [r["ttft"] * 1e3 for r in run["results"] if r.get("ttft")]
