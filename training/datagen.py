@@ -30,8 +30,10 @@ from training.values import Values, split_of
 
 FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # v2: v1 plus training/broad.py's parts (the second phase); v3: v2 plus names of several words and tails
-# without held-out small-talk bodies (the third phase)
-DATA_VERSIONS = ("v1", "v2", "v3")
+# without held-out small-talk bodies (the third phase); v4: v3 plus "Cafe X", "Mount X", made-up zones under
+# real regions, "a - (b + c)", two-topic queries and more follow-ups (tried as a fourth phase, not shipped:
+# see the README)
+DATA_VERSIONS = ("v1", "v2", "v3", "v4")
 
 
 @dataclass
@@ -63,16 +65,17 @@ class Exchange:
 class DialogueGen:
     """Draws exchanges and dialogues of one split from a seeded RNG.  ``data`` is the version of the
     phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from),
-    ``v2`` (v1 plus ``training/broad.py``) or ``v3`` (v2 plus names of several words, and tails that are
-    never a held-out small-talk body).  Each version's draws are the same as before the next existed."""
+    ``v2`` (v1 plus ``training/broad.py``), ``v3`` (v2 plus names of several words, and tails that are
+    never a held-out small-talk body) or ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
+    follow-ups).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
             raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
-        self.broad = data in ("v2", "v3")
-        self.values = Values(split, self.rng, compound=data == "v3")
-        self.tails = bd.TAILS_V3 if data == "v3" else bd.TAILS
+        self.broad, self.wide = data in ("v2", "v3", "v4"), data == "v4"
+        self.values = Values(split, self.rng, compound=data in ("v3", "v4"), wide=data == "v4")
+        self.tails = bd.TAILS_V3 if data in ("v3", "v4") else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
     # --- pieces -------------------------------------------------------------------------------
@@ -201,7 +204,7 @@ class DialogueGen:
 
     def exchange(self, previous: Exchange | None) -> Exchange:
         x = self.rng.random()
-        if previous is not None and x < (0.18 if self.broad else 0.12):
+        if previous is not None and x < (0.3 if self.wide else 0.18 if self.broad else 0.12):  # v4: more follow-ups
             follow = self.followup(previous)
             if follow is not None:
                 return follow

@@ -55,8 +55,10 @@ def draw(kind: str, v: Values, lower_values: bool = False) -> Request:
                        {"restaurant": rest, "n": surface.party(r, n), "time": surface.clock(r, t)})
     if kind == "time":
         tz = v.zone()
-        place = surface.zone(r, tz)
-        return Request(kind, {"timezone": tz}, {"place": place.lower() if lower_values and r.random() < 0.5 else place})
+        made_up = v.is_made_up_zone(tz)  # data v4: a made-up place is typed whole, region and case as called
+        place = tz if made_up else surface.zone(r, tz)
+        low_place = lower_values and not made_up and r.random() < 0.5
+        return Request(kind, {"timezone": tz}, {"place": place.lower() if low_place else place})
     if kind == "calc":
         return _calc(v)
     if kind == "search":

@@ -52,6 +52,15 @@ _COMPOUND_CITIES = ("{a} de {b}", "{a} do {b}", "{a} del {b}", "{a} da {b}", "{a
                     "{a} {b}", "{a} {b} {c}", "Saint-{b}", "{a}-{b}", "San {a} de {b}", "{a} an der {b}")
 _COMPOUND_RESTAURANTS = ("Café de {a}", "Casa de {a}", "{a} de {b}", "La {a} del {b}", "Chez {a} {b}", "{a} {b}",
                          "Le {a} de {b}", "{a}-{b} Grill", "Osteria da {a}")
+# data v4 only: the forms a user types that v3 lacked, each seen failing on the first model's frozen prompts
+# (legacy set): "Cafe X" without the accent, "Mount X", made-up zones under a real region (the call copies
+# "Australia/X" whole), "a - (b + c)", two-topic queries ("tea and castle ideas", "cheese bread prices")
+_WIDE_RESTAURANTS = ("Cafe {n}", "Cafe {a} {o}", "{n} Cafe", "Pizzeria {n}", "The {n} Inn", "Hotel {n}", "Bar {n}")
+_ZONE_SET = frozenset(ZONES)
+_WIDE_CITY_LEADS = ("Mount", "Fort", "North", "South", "East", "West", "Glen", "Lake", "Port", "Cape")
+_WIDE_REGIONS = ("Africa", "America", "Asia", "Atlantic", "Australia", "Europe", "Indian", "Pacific")
+_WIDE_QUERIES = ("{t} and {u} ideas", "{t} {u} prices", "{t} and {u} tips", "{t} {u} tours", "{t} with {u}",
+                 "{r} menu", "{c} {t} festival")
 _QUERY_FORMS = ("best {t} in {c}", "history of {c}", "how to {v} a {t}", "{c} {e}", "{t} prices", "{t} near {c}",
                 "cheap flights to {c}", "{r} opening hours", "news about {t}", "{t} recipes", "{t} for beginners",
                 "{r} reviews", "things to do in {c}", "{t} tips", "why is {t} popular", "{c} public holidays")
@@ -70,10 +79,14 @@ def split_of(value: str) -> str:
 class Values:
     """Draws canonical values of one split; each draw is rejection-sampled into that split."""
 
-    def __init__(self, split: str, rng: random.Random, compound: bool = False) -> None:
+    def __init__(self, split: str, rng: random.Random, compound: bool = False, wide: bool = False) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        self.split, self.rng, self.compound = split, rng, compound
+        self.split, self.rng, self.compound, self.wide = split, rng, compound, wide
+
+    def _wide(self, p: float) -> bool:
+        """Whether this draw takes a data-v4 form (``wide`` only; other versions draw nothing here)."""
+        return self.wide and self.rng.random() < p
 
     def _compound(self, forms: tuple[str, ...]) -> str | None:
         """Now and then (``compound`` only) a name of several words from ``forms``, else None."""
@@ -96,6 +109,8 @@ class Values:
         def make() -> str:
             if (several := self._compound(_COMPOUND_CITIES)) is not None:
                 return several
+            if self._wide(0.08):
+                return f"{self.rng.choice(_WIDE_CITY_LEADS)} {name(self.rng, 'latin').capitalize()}"
             x, base = self.rng.random(), name(self.rng)
             if x < 0.08:
                 return f"{self.rng.choice(['San', 'Port', 'New', 'Lake', 'Saint', 'Bad'])} {name(self.rng, 'latin')}"
@@ -109,18 +124,29 @@ class Values:
             r = self.rng
             if (several := self._compound(_COMPOUND_RESTAURANTS)) is not None:
                 return several
-            return r.choice(_RESTAURANT_FORMS).format(n=name(r), m=name(r), a=r.choice(_ADJ), o=r.choice(_NOUN))
+            forms = _WIDE_RESTAURANTS if self._wide(0.15) else _RESTAURANT_FORMS
+            return r.choice(forms).format(n=name(r), m=name(r), a=r.choice(_ADJ), o=r.choice(_NOUN))
         return self._draw(make, REAL_RESTAURANTS, 0.1)
 
+    def is_made_up_zone(self, tz: str) -> bool:
+        return tz != "UTC" and tz not in _ZONE_SET
+
     def zone(self) -> str:
-        """A real IANA zone (the model knows their regions), ``UTC`` now and then."""
+        """A real IANA zone (the model knows their regions), ``UTC`` now and then; in data v4 also now
+        and then a made-up place under a real region (``Australia/Koham``), which the user types whole."""
+        if self._wide(0.15):
+            r = self.rng
+            return self._draw(lambda: f"{r.choice(_WIDE_REGIONS)}/{name(r, 'latin').capitalize()}"
+                              + (f"_{name(r, 'latin').capitalize()}" if r.random() < 0.2 else ""))
         return "UTC" if self.rng.random() < 0.04 else self.rng.choice(ZONES)
 
     def query(self) -> str:
         def make() -> str:
             r = self.rng
-            return r.choice(_QUERY_FORMS).format(t=r.choice(TOPICS), v=r.choice(_VERBS), e=r.choice(_EVENTS),
-                                                 c=self.city(), r=self.restaurant())
+            forms = _WIDE_QUERIES if self._wide(0.2) else _QUERY_FORMS
+            return r.choice(forms).format(t=r.choice(TOPICS), v=r.choice(_VERBS), e=r.choice(_EVENTS),
+                                          c=self.city(), r=self.restaurant(),
+                                          u=r.choice(TOPICS) if forms is _WIDE_QUERIES else "")
         return self._draw(make)
 
     def date(self) -> str:
@@ -152,8 +178,11 @@ class Values:
         r = self.rng
         a, b, c = self._operand(), self._operand(), self._operand()
         o1, o2 = r.choice("+-*/"), r.choice("+-*")
-        form = r.choices(["{a} {o} {b}", "{a} {o} {b} {p} {c}", "({a} {o} {b}) {p} {c}", "{a} ** {k}",
-                          "sqrt({a})", "{p1} / 100 * {a}"], [50, 14, 10, 4, 4, 4])[0]
+        if self._wide(0.15):  # data v4: the parenthesised group second
+            form = r.choice(["{a} {o} ({b} {p} {c})", "{a} {p} ({b} {o} {c})"])
+        else:
+            form = r.choices(["{a} {o} {b}", "{a} {o} {b} {p} {c}", "({a} {o} {b}) {p} {c}", "{a} ** {k}",
+                              "sqrt({a})", "{p1} / 100 * {a}"], [50, 14, 10, 4, 4, 4])[0]
         if "**" in form:
             a = str(r.randint(2, 99))
         expr = form.format(a=a, b=b, c=c, o=o1, p=o2, k=r.randint(2, 9), p1=r.choice([5, 10, 12, 15, 18, 20, 25]))

@@ -184,3 +184,26 @@ def test_data_v3_tails_and_leads_never_repeat_a_held_out_small_talk_body() -> No
     gen = DialogueGen("train", 60, "v3")
     users = [x.user for _ in range(3000) for x in gen.dialogue() if x.calls]
     assert any(u.endswith(" Appreciate it.") for u in users) and not any("Much appreciated" in u for u in users)
+
+
+def test_data_v4_cafes_made_up_zones_second_groups_and_two_topic_queries_are_copied_whole() -> None:
+    """v4 adds forms the first model's prompts use and v3 never drew: "Cafe X" (no accent), "Mount X",
+    a made-up place under a real region ("Australia/Koham", typed whole, never lower-cased), "a - (b + c)"
+    and two-topic queries (and follow-ups in 30 % of later exchanges, not 18 %). v3's draws never take them,
+    so the three shipped phases' data are unchanged."""
+    from training.zones import ZONES
+    gen = DialogueGen("train", 70, "v4")
+    xs = [x for _ in range(1500) for x in gen.dialogue() if x.calls]
+    args = [(x.user, c.name, c.arguments) for x in xs for c in x.calls]
+    cafes = [a["restaurant"] for _, n, a in args if n == "book_restaurant" and a["restaurant"].startswith("Cafe ")]
+    made_up = [(u, a["timezone"]) for u, n, a in args if n == "get_time" and a["timezone"] not in ZONES + ("UTC",)]
+    grouped = [a["expression"] for _, n, a in args if n == "calculator" and " (" in a["expression"]]
+    two = [a["query"] for _, n, a in args if n == "search" and (" and " in a["query"] or " with " in a["query"])]
+    mounts = [a["city"] for _, n, a in args if n == "get_weather" and a["city"].split()[0] in ("Mount", "Fort")]
+    assert cafes and grouped and two and mounts and len(made_up) > 10, (len(cafes), len(made_up), len(grouped))
+    assert all(tz in u for u, tz in made_up), [m for m in made_up if m[1] not in m[0]][:3]
+    assert all(tz.split("/")[0] in {z.split("/")[0] for z in ZONES} for _, tz in made_up)
+    wide = Values("eval", random.Random(9), compound=True, wide=True)
+    assert all(split_of(v) == "eval" for _ in range(500) for v in (wide.city(), wide.restaurant(), wide.query()))
+    v3 = Values("train", random.Random(9), compound=True)
+    assert not any(v3.restaurant().startswith("Cafe ") or v3.zone() not in ZONES + ("UTC",) for _ in range(3000))
