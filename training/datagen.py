@@ -32,8 +32,12 @@ FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # v2: v1 plus training/broad.py's parts (the second phase); v3: v2 plus names of several words and tails
 # without held-out small-talk bodies (the third phase); v4: v3 plus "Cafe X", "Mount X", made-up zones under
 # real regions, "a - (b + c)", two-topic queries and more follow-ups (tried as a fourth phase, not shipped:
-# see the README)
-DATA_VERSIONS = ("v1", "v2", "v3", "v4")
+# see the README); v5: v4 where 40 % of follow-ups come after a terse reply (``TERSE``) that is history only
+DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5")
+# Replies a client's history may hold before a follow-up (another model's, or one the client shortened).
+# They are shown, never learned (``Exchange.quiet``): this model's own answers still quote every value.
+TERSE = ("All set.", "Here you go.", "There you go.", "OK.", "Sure thing.", "Finished.", "Got it.",
+         "Here it is.", "See above.", "Okay, all sorted.", "Right, that's it.", "Voilà.")
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Exchange:
     rounds: list[list[Call]] = field(default_factory=list)
     answer: str = ""
     task: str = "none"
+    quiet: bool = False  # the answer is history someone else wrote: shown, no loss (``quiet_spans``)
 
     @property
     def calls(self) -> list[Call]:
@@ -66,16 +71,16 @@ class DialogueGen:
     """Draws exchanges and dialogues of one split from a seeded RNG.  ``data`` is the version of the
     phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from),
     ``v2`` (v1 plus ``training/broad.py``), ``v3`` (v2 plus names of several words, and tails that are
-    never a held-out small-talk body) or ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
-    follow-ups).  Each version's draws are the same as before the next existed."""
+    never a held-out small-talk body), ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
+    follow-ups) or ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
             raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
-        self.broad, self.wide = data in ("v2", "v3", "v4"), data == "v4"
-        self.values = Values(split, self.rng, compound=data in ("v3", "v4"), wide=data == "v4")
-        self.tails = bd.TAILS_V3 if data in ("v3", "v4") else bd.TAILS
+        self.broad, self.wide, self.terse = data != "v1", data in ("v4", "v5"), data == "v5"
+        self.values = Values(split, self.rng, compound=data in ("v3", "v4", "v5"), wide=self.wide)
+        self.tails = bd.TAILS_V3 if data in ("v3", "v4", "v5") else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
     # --- pieces -------------------------------------------------------------------------------
@@ -207,6 +212,8 @@ class DialogueGen:
         if previous is not None and x < (0.3 if self.wide else 0.18 if self.broad else 0.12):  # v4: more follow-ups
             follow = self.followup(previous)
             if follow is not None:
+                if self.terse and self.rng.random() < 0.4:  # v5: after a terse reply the value is the user's
+                    previous.answer, previous.quiet = self.rng.choice(TERSE), True
                 return follow
         x = self.rng.random()
         weights = (0.27, 0.17, 0.06, 0.095, 0.105) if self.broad else (0.36, 0.2, 0.07, 0.07, 0.06)
@@ -256,6 +263,18 @@ def to_messages(exchanges: list[Exchange]) -> list[dict[str, Any]]:
 def render_dialogue(exchanges: list[Exchange], tools: list[dict[str, Any]] | None = None) -> str:
     """The training text of a dialogue: the whole conversation through the chat template."""
     return render(to_messages(exchanges), SERVER_TOOLS if tools is None else tools)
+
+
+def quiet_spans(exchanges: list[Exchange], tools: list[dict[str, Any]] | None = None) -> list[tuple[int, int]]:
+    """Character spans of ``render_dialogue(exchanges, tools)`` that hold quiet answers (with their
+    ``<|im_end|>``): history to read, not output to learn.  The template renders message by message, so
+    the text of the first ``i`` exchanges is a prefix of the whole."""
+    spans = []
+    for i, x in enumerate(exchanges):
+        if x.quiet:
+            end = len(render_dialogue(exchanges[: i + 1], tools))
+            spans.append((end - len(x.answer + "<|im_end|>\n"), end - 1))
+    return spans
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from training.datagen import DATA_VERSIONS, DialogueGen, render_dialogue
+from training.datagen import DATA_VERSIONS, DialogueGen, quiet_spans, render_dialogue
 from training.export import PAD_ID, load_hf_dir, save_hf_dir
 from training.model import ModelConfig, Qwen2
 from training.tokenizer import train_tokenizer
@@ -35,22 +35,28 @@ BUCKETS = (192, 320, 512, 768, 1024)  # padded lengths; each step is one bucket 
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.S)
 
 
-def encode(tok: Tokenizer, text: str) -> tuple[list[int], list[bool]]:
-    """Token ids and, per token, whether it is assistant output (the only tokens with loss)."""
+def encode(tok: Tokenizer, text: str, quiet: list[tuple[int, int]] | None = None) -> tuple[list[int], list[bool]]:
+    """Token ids and, per token, whether it is assistant output (the only tokens with loss) outside the
+    ``quiet`` character spans (history answers, ``datagen.quiet_spans``)."""
     enc = tok.encode(text)
     spans = [m.span(1) for m in _ASSISTANT.finditer(text)]
     mask, j = [], 0
     for start, _ in enc.offsets:
         while j < len(spans) and spans[j][1] <= start:
             j += 1
-        mask.append(j < len(spans) and spans[j][0] <= start)
+        mask.append(j < len(spans) and spans[j][0] <= start and not any(a <= start < b for a, b in quiet or ()))
     return enc.ids, mask
 
 
-def dialogue_text(gen: DialogueGen) -> str:
-    """One training dialogue, rendered with the tool list its system prompt shows."""
+def dialogue_example(gen: DialogueGen) -> tuple[str, list[tuple[int, int]]]:
+    """One training dialogue, rendered with the tool list its system prompt shows, and its quiet spans."""
     d = gen.dialogue()
-    return render_dialogue(d, gen.tools(d))
+    tools = gen.tools(d)
+    return render_dialogue(d, tools), quiet_spans(d, tools)
+
+
+def dialogue_text(gen: DialogueGen) -> str:
+    return dialogue_example(gen)[0]
 
 
 def build_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
@@ -87,7 +93,7 @@ class Batches:
         gen = DialogueGen("train", rng.getrandbits(48), self.data)
         rows: list[tuple[list[int], list[bool]]] = []
         while len(rows) < self.sizes[length]:
-            ids, mask = encode(self.tok, dialogue_text(gen))
+            ids, mask = encode(self.tok, *dialogue_example(gen))
             if self.bucket(len(ids)) == length:
                 rows.append((ids, mask))
         ids_t = torch.full((len(rows), length), PAD_ID, dtype=torch.long)

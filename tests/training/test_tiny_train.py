@@ -114,3 +114,18 @@ def test_the_fp32_loss_is_the_plain_forward_pass(tokenizer) -> None:
     want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
     assert torch.equal(loss, want)
     assert not torch.equal(train.loss_fn(model, ids, mask, torch.bfloat16), want)  # bf16 autocast differs
+
+
+def test_quiet_history_answers_get_no_loss(tokenizer) -> None:
+    """A quiet (terse, history-only) answer is in the text the model reads but not in what it learns;
+    every other assistant turn still is."""
+    from training.datagen import quiet_spans, render_dialogue
+    gen = DialogueGen("train", 8, "v5")
+    d = next(d for d in (gen.dialogue() for _ in range(2000)) if any(x.quiet for x in d))
+    text, spans = render_dialogue(d), quiet_spans(d)
+    ids, mask = encode(tokenizer, text, spans)
+    learned = tokenizer.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    everything = tokenizer.decode([i for i, m in zip(ids, encode(tokenizer, text)[1]) if m], skip_special_tokens=False)
+    quiet = "".join(text[a:b] for a, b in spans)
+    assert quiet and quiet in everything and quiet not in learned
+    assert len(everything) - len(learned) == len(quiet)
