@@ -71,13 +71,16 @@ test-vllm: $(VLLM_VENV)/.installed
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
 
-# Retrain the bundled model from nothing, in three phases (each resumable: rerun to continue; a phase whose
-# pick exists is skipped, and so is phase 1 once phase 2's pick exists).
+# Retrain the bundled model from nothing, in five phases (each resumable: rerun to continue; a phase whose
+# pick exists is skipped, and so is every earlier phase once a later phase's pick exists).
 # Phase 1: 12000 steps from nothing on data v1; its pick goes to $(TRAIN_RUN)/pick (~85 min where the CPU
 # computes bf16 natively -- AMX, AVX-512 BF16 -- ~3.5 h in fp32 on an AVX2-only CPU).
 # Phase 2: $(TUNE_STEPS) steps fine-tuning that pick on data v2 (training/broad.py); its pick goes to
 # $(TUNE_RUN)/pick. Phase 3: $(TUNE3_STEPS) steps fine-tuning that pick on data v3 (names of several words);
-# its pick ships to models/tiny-agent. Each phase's trainer uses TRAIN_THREADS threads, its watcher one at the
+# its pick goes to $(TUNE3_RUN)/pick. Phase 4: $(TUNE4_STEPS) steps on data v4 (more shapes of place and
+# arithmetic, two-topic queries, more follow-ups); its pick goes to $(TUNE4_RUN)/pick. Phase 5: $(TUNE5_STEPS)
+# steps on data v5 (a terse reply, shown but not learned, before some follow-ups); its pick ships to
+# models/tiny-agent. Each phase's trainer uses TRAIN_THREADS threads, its watcher one at the
 # lowest priority (on a 2-core machine a watcher at equal priority slows the trainer from ~0.7 to ~1.0 s a step).
 TRAIN_RUN ?= .train/run1
 TRAIN_STEPS ?= 12000
@@ -88,6 +91,12 @@ TUNE_LR ?= 1e-3
 TUNE3_RUN ?= .train/run3
 TUNE3_STEPS ?= 3000
 TUNE3_LR ?= 2e-4
+TUNE4_RUN ?= .train/run4
+TUNE4_STEPS ?= 2000
+TUNE4_LR ?= 2e-4
+TUNE5_RUN ?= .train/run5
+TUNE5_STEPS ?= 600
+TUNE5_LR ?= 1e-4
 MODEL_DIR ?= models/tiny-agent
 # $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags
 define train_phase
@@ -96,13 +105,20 @@ define train_phase
 	if $(PY) -m training.train --out $(1) --steps $(2) --threads $(TRAIN_THREADS) $(4); then wait $$watcher; \
 	else rc=$$?; kill $$watcher 2>/dev/null; exit $$rc; fi
 endef
-train: install           ## retrain models/tiny-agent in three phases (resumable), learning curves and picks
-	@if [ -f $(TRAIN_RUN)/pick/model.safetensors ] || [ -f $(TUNE_RUN)/pick/model.safetensors ]; then \
-	echo "phase 1 done (or not needed: phase 2's pick exists)"; else \
+train: install           ## retrain models/tiny-agent in five phases (resumable), learning curves and picks
+	@if [ -f $(TRAIN_RUN)/pick/model.safetensors ] || [ -f $(TUNE_RUN)/pick/model.safetensors ] || \
+	[ -f $(TUNE3_RUN)/pick/model.safetensors ] || [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then \
+	echo "phase 1 done (or not needed: a later phase's pick exists)"; else \
 	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1); fi
-	@if [ -f $(TUNE_RUN)/pick/model.safetensors ]; then echo "phase 2 done: $(TUNE_RUN)/pick"; else \
+	@if [ -f $(TUNE_RUN)/pick/model.safetensors ] || [ -f $(TUNE3_RUN)/pick/model.safetensors ] || \
+	[ -f $(TUNE4_RUN)/pick/model.safetensors ]; then echo "phase 2 done (or not needed: a later phase's pick exists)"; else \
 	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2); fi
-	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(MODEL_DIR),--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3)
+	@if [ -f $(TUNE3_RUN)/pick/model.safetensors ] || [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then \
+	echo "phase 3 done (or not needed: phase 4's pick exists)"; else \
+	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(TUNE3_RUN)/pick,--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3); fi
+	@if [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then echo "phase 4 done: $(TUNE4_RUN)/pick"; else \
+	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4); fi
+	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(MODEL_DIR),--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5)
 
 eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
 	$(VENV)/bin/turnstream eval tiny

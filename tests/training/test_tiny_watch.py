@@ -199,3 +199,25 @@ def test_a_fine_tuning_runs_curve_follows_the_starting_models(tmp_path: Path) ->
     assert table[-1].startswith("| 2 | 600 | 10 |")
     (tmp_path / "init_curve.jsonl").unlink()
     assert curve_table(watch.full_curve(tmp_path)).startswith("| step | minutes |")
+
+
+def test_make_train_runs_the_phases_that_made_the_shipped_model() -> None:
+    """`make train` reproduces the bundled model: its trainer commands, first to last, carry the data version,
+    schedule length, peak lr, warm-up, threads and starting model that the shipped directory's recorded
+    states (``train_state.txt`` and its ``init_*state.txt`` chain) say each phase had."""
+    import subprocess
+
+    from training.card import phase_chain
+    from training.train import parse_args
+
+    out = subprocess.run(["make", "-n", "train"], cwd=MODEL_DIR.parents[1], capture_output=True, text=True,
+                         check=True).stdout
+    commands = [parse_args(line.split("training.train ", 1)[1].split(";")[0].split())
+                for line in out.splitlines() if "-m training.train " in line]
+    chain = phase_chain(watch.parse_state(MODEL_DIR / "train_state.txt") | watch.init_states(MODEL_DIR))
+    assert len(commands) == len(chain) == 5
+    for i, (args, state) in enumerate(zip(commands, chain)):
+        assert (args.data, args.steps, args.lr, args.warmup, args.threads) == (
+            state["data"], state["schedules"][-1][1], state["lr"], state["warmup"], state["threads"]), f"phase {i + 1}"
+        assert args.init_from == (None if i == 0 else commands[i - 1].out / "pick")
+        assert state.get("init_from") == (None if i == 0 else str(commands[i - 1].out / "pick"))
