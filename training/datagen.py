@@ -48,7 +48,7 @@ class Exchange:
     rounds: list[list[Call]] = field(default_factory=list)
     answer: str = ""
     task: str = "none"
-    quiet: bool = False  # the answer is history someone else wrote: shown, no loss (``quiet_spans``)
+    quiet: bool = False  # the answer is history someone else wrote: shown, no loss (``learned_turns``)
 
     @property
     def calls(self) -> list[Call]:
@@ -265,16 +265,10 @@ def render_dialogue(exchanges: list[Exchange], tools: list[dict[str, Any]] | Non
     return render(to_messages(exchanges), SERVER_TOOLS if tools is None else tools)
 
 
-def quiet_spans(exchanges: list[Exchange], tools: list[dict[str, Any]] | None = None) -> list[tuple[int, int]]:
-    """Character spans of ``render_dialogue(exchanges, tools)`` that hold quiet answers (with their
-    ``<|im_end|>``): history to read, not output to learn.  The template renders message by message, so
-    the text of the first ``i`` exchanges is a prefix of the whole."""
-    spans = []
-    for i, x in enumerate(exchanges):
-        if x.quiet:
-            end = len(render_dialogue(exchanges[: i + 1], tools))
-            spans.append((end - len(x.answer + "<|im_end|>\n"), end - 1))
-    return spans
+def learned_turns(exchanges: list[Exchange]) -> list[bool]:
+    """One flag per assistant message of ``to_messages(exchanges)``, first first: whether the model learns
+    it.  Every round of calls is learned; a quiet answer is history someone else wrote: shown, not learned."""
+    return [flag for x in exchanges for flag in [True] * len(x.rounds) + [not x.quiet]]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from training import phrasebook as pb
 from training import surface
 from training.values import Values
+from training.zones import is_made_up
 
 KINDS = ("weather", "booking", "time", "calc", "search")
 TOOL_OF = {"weather": "get_weather", "booking": "book_restaurant", "time": "get_time", "calc": "calculator",
@@ -55,7 +56,7 @@ def draw(kind: str, v: Values, lower_values: bool = False) -> Request:
                        {"restaurant": rest, "n": surface.party(r, n), "time": surface.clock(r, t)})
     if kind == "time":
         tz = v.zone()
-        made_up = v.is_made_up_zone(tz)  # data v4: a made-up place is typed whole, region and case as called
+        made_up = is_made_up(tz)  # data v4: a made-up place is typed whole, region and case as called
         place = tz if made_up else surface.zone(r, tz)
         low_place = lower_values and not made_up and r.random() < 0.5
         return Request(kind, {"timezone": tz}, {"place": place.lower() if low_place else place})

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from training.datagen import DATA_VERSIONS, DialogueGen, quiet_spans, render_dialogue
+from training.datagen import DATA_VERSIONS, DialogueGen, learned_turns, render_dialogue
 from training.export import PAD_ID, load_hf_dir, save_hf_dir
 from training.model import ModelConfig, Qwen2
 from training.tokenizer import train_tokenizer
@@ -35,24 +35,28 @@ BUCKETS = (192, 320, 512, 768, 1024)  # padded lengths; each step is one bucket 
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.S)
 
 
-def encode(tok: Tokenizer, text: str, quiet: list[tuple[int, int]] | None = None) -> tuple[list[int], list[bool]]:
-    """Token ids and, per token, whether it is assistant output (the only tokens with loss) outside the
-    ``quiet`` character spans (history answers, ``datagen.quiet_spans``)."""
+def encode(tok: Tokenizer, text: str, learned: list[bool] | None = None) -> tuple[list[int], list[bool]]:
+    """Token ids and, per token, whether it has loss: assistant output only, and of the assistant messages
+    only those ``learned`` marks (one flag per message, ``datagen.learned_turns``; all when None)."""
     enc = tok.encode(text)
     spans = [m.span(1) for m in _ASSISTANT.finditer(text)]
+    if learned is not None:
+        if len(learned) != len(spans):
+            raise ValueError(f"{len(learned)} learned flags for {len(spans)} assistant messages")
+        spans = [span for span, keep in zip(spans, learned) if keep]
     mask, j = [], 0
     for start, _ in enc.offsets:
         while j < len(spans) and spans[j][1] <= start:
             j += 1
-        mask.append(j < len(spans) and spans[j][0] <= start and not any(a <= start < b for a, b in quiet or ()))
+        mask.append(j < len(spans) and spans[j][0] <= start)
     return enc.ids, mask
 
 
-def dialogue_example(gen: DialogueGen) -> tuple[str, list[tuple[int, int]]]:
-    """One training dialogue, rendered with the tool list its system prompt shows, and its quiet spans."""
+def dialogue_example(gen: DialogueGen) -> tuple[str, list[bool]]:
+    """One training dialogue, rendered with the tool list its system prompt shows, and which of its
+    assistant messages are learned."""
     d = gen.dialogue()
-    tools = gen.tools(d)
-    return render_dialogue(d, tools), quiet_spans(d, tools)
+    return render_dialogue(d, gen.tools(d)), learned_turns(d)
 
 
 def dialogue_text(gen: DialogueGen) -> str:

@@ -56,7 +56,6 @@ _COMPOUND_RESTAURANTS = ("Café de {a}", "Casa de {a}", "{a} de {b}", "La {a} de
 # (legacy set): "Cafe X" without the accent, "Mount X", made-up zones under a real region (the call copies
 # "Australia/X" whole), "a - (b + c)", two-topic queries ("tea and castle ideas", "cheese bread prices")
 _WIDE_RESTAURANTS = ("Cafe {n}", "Cafe {a} {o}", "{n} Cafe", "Pizzeria {n}", "The {n} Inn", "Hotel {n}", "Bar {n}")
-_ZONE_SET = frozenset(ZONES)
 _WIDE_CITY_LEADS = ("Mount", "Fort", "North", "South", "East", "West", "Glen", "Lake", "Port", "Cape")
 _WIDE_REGIONS = ("Africa", "America", "Asia", "Atlantic", "Australia", "Europe", "Indian", "Pacific")
 _WIDE_QUERIES = ("{t} and {u} ideas", "{t} {u} prices", "{t} and {u} tips", "{t} {u} tours", "{t} with {u}",
@@ -127,9 +126,6 @@ class Values:
             forms = _WIDE_RESTAURANTS if self._wide(0.15) else _RESTAURANT_FORMS
             return r.choice(forms).format(n=name(r), m=name(r), a=r.choice(_ADJ), o=r.choice(_NOUN))
         return self._draw(make, REAL_RESTAURANTS, 0.1)
-
-    def is_made_up_zone(self, tz: str) -> bool:
-        return tz != "UTC" and tz not in _ZONE_SET
 
     def zone(self) -> str:
         """A real IANA zone (the model knows their regions), ``UTC`` now and then; in data v4 also now

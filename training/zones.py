@@ -81,3 +81,9 @@ def city_of(zone: str) -> str:
 
 
 ZONE_OF_CITY: dict[str, str] = {city_of(z): z for z in ZONES}
+_ZONE_SET = frozenset(ZONES)
+
+
+def is_made_up(zone: str) -> bool:
+    """Whether ``zone`` is none of the real zones nor ``UTC`` (data v4's ``Australia/Koham``)."""
+    return zone != "UTC" and zone not in _ZONE_SET

@@ -190,8 +190,9 @@ def test_data_v4_cafes_made_up_zones_second_groups_and_two_topic_queries_are_cop
     """v4 adds forms the first model's prompts use and v3 never drew: "Cafe X" (no accent), "Mount X",
     a made-up place under a real region ("Australia/Koham", typed whole, never lower-cased), "a - (b + c)"
     and two-topic queries (and follow-ups in 30 % of later exchanges, not 18 %). v3's draws never take them,
-    so the three shipped phases' data are unchanged."""
-    from training.zones import ZONES
+    so the first three phases' data are unchanged."""
+    from training.zones import ZONES, is_made_up
+    assert is_made_up("Australia/Koham") and not is_made_up("Australia/Perth") and not is_made_up("UTC")
     gen = DialogueGen("train", 70, "v4")
     xs = [x for _ in range(1500) for x in gen.dialogue() if x.calls]
     args = [(x.user, c.name, c.arguments) for x in xs for c in x.calls]
@@ -210,10 +211,12 @@ def test_data_v4_cafes_made_up_zones_second_groups_and_two_topic_queries_are_cop
 
 
 def test_data_v5_puts_a_quiet_terse_reply_before_some_follow_ups_and_leaves_v4_alone() -> None:
-    """v5: before 40 % of follow-ups the previous answer is a terse reply (``TERSE``), marked quiet: its
-    span in the rendered text is exactly that reply and its end marker, so the trainer shows it and learns
-    nothing from it. v4's draws are unchanged (the same seed renders the same dialogues)."""
-    from training.datagen import TERSE, quiet_spans
+    """v5: before 40 % of follow-ups the previous answer is a terse reply (``TERSE``), marked quiet: the
+    assistant messages ``learned_turns`` leaves out of the rendered text are exactly those replies, so the
+    trainer shows them and learns nothing from them. v4's draws are unchanged (the same seed renders the
+    same dialogues)."""
+    from training.datagen import TERSE, learned_turns
+    from training.train import _ASSISTANT
     gen = DialogueGen("train", 71, "v5")
     dialogues = [gen.dialogue() for _ in range(1500)]
     quiet = [(d, i) for d in dialogues for i, x in enumerate(d) if x.quiet]
@@ -222,7 +225,9 @@ def test_data_v5_puts_a_quiet_terse_reply_before_some_follow_ups_and_leaves_v4_a
     for d, i in quiet[:200]:
         assert d[i].answer in TERSE and i + 1 < len(d) and d[i + 1].calls
         text = render_dialogue(d)
-        assert [text[a:b] for a, b in quiet_spans(d)] == [x.answer + "<|im_end|>" for x in d if x.quiet]
+        turns = [m.group(1) for m in _ASSISTANT.finditer(text)]
+        assert len(turns) == len(learned_turns(d))
+        assert [t for t, keep in zip(turns, learned_turns(d)) if not keep] == [x.answer + "<|im_end|>" for x in d if x.quiet]
     assert not any(x.quiet for _ in range(500) for x in DialogueGen("train", 5, "v4").dialogue())
     a, b = DialogueGen("train", 72, "v4"), DialogueGen("train", 72, "v4")
     assert [render_dialogue(a.dialogue()) for _ in range(50)] == [render_dialogue(b.dialogue()) for _ in range(50)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -119,13 +120,15 @@ def test_the_fp32_loss_is_the_plain_forward_pass(tokenizer) -> None:
 def test_quiet_history_answers_get_no_loss(tokenizer) -> None:
     """A quiet (terse, history-only) answer is in the text the model reads but not in what it learns;
     every other assistant turn still is."""
-    from training.datagen import quiet_spans, render_dialogue
+    from training.datagen import learned_turns, render_dialogue
     gen = DialogueGen("train", 8, "v5")
     d = next(d for d in (gen.dialogue() for _ in range(2000)) if any(x.quiet for x in d))
-    text, spans = render_dialogue(d), quiet_spans(d)
-    ids, mask = encode(tokenizer, text, spans)
+    text = render_dialogue(d)
+    ids, mask = encode(tokenizer, text, learned_turns(d))
     learned = tokenizer.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
     everything = tokenizer.decode([i for i, m in zip(ids, encode(tokenizer, text)[1]) if m], skip_special_tokens=False)
-    quiet = "".join(text[a:b] for a, b in spans)
-    assert quiet and quiet in everything and quiet not in learned
-    assert len(everything) - len(learned) == len(quiet)
+    quiet = [x.answer + "<|im_end|>" for x in d if x.quiet]
+    assert quiet and all(q in everything and q not in learned for q in quiet)
+    assert len(everything) - len(learned) == sum(map(len, quiet))
+    with pytest.raises(ValueError, match="learned flags"):  # flags that do not line up are refused
+        encode(tokenizer, text, learned_turns(d)[:-1])
