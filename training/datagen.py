@@ -32,8 +32,9 @@ FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # v2: v1 plus training/broad.py's parts (the second phase); v3: v2 plus names of several words and tails
 # without held-out small-talk bodies (the third phase); v4: v3 plus "Cafe X", "Mount X", made-up zones under
 # real regions, "a - (b + c)", two-topic queries and more follow-ups (tried as a fourth phase, not shipped:
-# see the README); v5: v4 where 40 % of follow-ups come after a terse reply (``TERSE``) that is history only
-DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5")
+# see the README); v5: v4 where 40 % of follow-ups come after a terse reply (``TERSE``) that is history only;
+# v6: v5 where half of the searches return any pages' titles (``Values.title``), not the demo tool's
+DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6")
 # Replies a client's history may hold before a follow-up (another model's, or one the client shortened).
 # They are shown, never learned (``Exchange.quiet``): this model's own answers still quote every value.
 TERSE = ("All set.", "Here you go.", "There you go.", "OK.", "Sure thing.", "Finished.", "Got it.",
@@ -72,15 +73,18 @@ class DialogueGen:
     phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from),
     ``v2`` (v1 plus ``training/broad.py``), ``v3`` (v2 plus names of several words, and tails that are
     never a held-out small-talk body), ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
-    follow-ups) or ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups).  Each version's draws are the same as before the next existed."""
+    follow-ups), ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups) or ``v6`` (v5 with any
+    pages' titles in half of the search results).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
             raise ValueError(f"unknown data version {data!r}")
         self.split, self.rng = split, random.Random(seed)
-        self.broad, self.wide, self.terse = data != "v1", data in ("v4", "v5"), data == "v5"
-        self.values = Values(split, self.rng, compound=data in ("v3", "v4", "v5"), wide=self.wide)
-        self.tails = bd.TAILS_V3 if data in ("v3", "v4", "v5") else bd.TAILS
+        built_on = DATA_VERSIONS[: DATA_VERSIONS.index(data) + 1]  # this version and those it adds to
+        self.broad, self.wide, self.terse = "v2" in built_on, "v4" in built_on, "v5" in built_on
+        self.titled = "v6" in built_on
+        self.values = Values(split, self.rng, compound="v3" in built_on, wide=self.wide)
+        self.tails = bd.TAILS_V3 if "v3" in built_on else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
 
     # --- pieces -------------------------------------------------------------------------------
@@ -102,7 +106,13 @@ class DialogueGen:
         return compose.noisy(self.rng, compose.fill(template, slots), self.broad)
 
     def _calls(self, reqs: list[rq.Request], live: bool) -> list[Call]:
-        return [make_call(q.tool, q.args, self.rng, live) for q in reqs]
+        return [make_call(q.tool, q.args, self.rng, live, self._titles(q)) for q in reqs]
+
+    def _titles(self, q: rq.Request) -> list[str] | None:
+        """Data v6: half of the searches come from a search tool of the user's own, titled like any page."""
+        if not self.titled or q.tool != "search" or self.rng.random() >= 0.5:
+            return None
+        return [self.values.title(q.args["query"]) for _ in range(3)]
 
     def _requests(self, kinds: list[str]) -> list[rq.Request]:
         lower = self.rng.random() < 0.06

@@ -101,9 +101,13 @@ def older_shape(name: str, result: Any, rng: random.Random) -> Any:
     return result
 
 
-def make_call(name: str, args: dict[str, Any], rng: random.Random, live: bool = True) -> Call:
-    """A call with its result: the live shape and rendering, or (``live=False``) a client's variant."""
+def make_call(name: str, args: dict[str, Any], rng: random.Random, live: bool = True,
+              titles: list[str] | None = None) -> Call:
+    """A call with its result: the live shape and rendering, or (``live=False``) a client's variant;
+    ``titles`` replace a search's result titles (a search tool of the user's own, same shape)."""
     result = run(name, args, rng)
+    if titles and name == "search":
+        result = result | {"results": [r | {"title": t} for r, t in zip(result["results"], titles)]}
     text = compact(result)
     if not live:
         result = older_shape(name, result, rng)

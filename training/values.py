@@ -36,6 +36,16 @@ _ADJ = ("Golden Blue Red Green Silver Hungry Happy Little Old Royal Lucky Rusty 
         "Velvet Copper Iron Salty Sweet Spicy Smoky Purple Dancing Sleepy Clever Humble Proud").split()
 _NOUN = ("Fork Spoon Lantern Oak Anchor Kettle Olive Pepper Lemon Dragon Tiger Fox Owl Bear Rooster Harbor "
          "Garden Table Door Bridge Mill Barrel Crown Feather Pearl Orchard Compass Candle Moon Sparrow").split()
+# data v6: titles of pages a search tool of the user's own might return (the demo tool's are "<query> - demo
+# result N"): composed from the query, made-up names in any script and a few words; none of the first model's
+# forms (the legacy set's "X News", "A Short History of X", ...), so that set still measures them unseen
+_TITLE_FORMS = ("{Q}: what to know", "{Q} explained", "Everything about {q}", "{N} on {q}", "{Q} | {N}",
+                "{Q} - {N} forum", "The {N} {w}", "{N} {w}", "{N}'s {w}", "{k} things about {q}",
+                "{Q} in {N} ({y})", "Ask {N}: {q}", "{N} & {M} {w}", "The {a} {o} {w}", "{Q}? Read this first",
+                "{N} - Wiki", "{Q} ({N} edition)", "Notes from {N}", "{N} {w}: {q}", "{a} {o} | {q}",
+                "{N}", "{Q}", "{w} of {N}", "{Q} near {N}", "Why {q}?", "{N} {M}")
+_TITLE_WORDS = ("Journal Review Daily Digest Post Times Gazette Weekly Notebook Handbook Almanac Herald Chronicle "
+                "Magazine Archive Report Courier Dispatch Bulletin Insider Companion Letters Index Almanach").split()
 _RESTAURANT_FORMS = ("Chez {n}", "{n}'s Kitchen", "{n} Bistro", "Trattoria {n}", "The {a} {o}", "{n} Sushi Bar",
                      "Café {n}", "La {n}", "{n} Grill", "The {n} House", "{a} {o} Diner", "Le Petit {n}", "{n}",
                      "Taverna {n}", "{n} Ramen", "Brasserie {n}", "Osteria {n}", "Casa {n}", "{n} Noodle Bar",
@@ -126,6 +136,14 @@ class Values:
             forms = _WIDE_RESTAURANTS if self._wide(0.15) else _RESTAURANT_FORMS
             return r.choice(forms).format(n=name(r), m=name(r), a=r.choice(_ADJ), o=r.choice(_NOUN))
         return self._draw(make, REAL_RESTAURANTS, 0.1)
+
+    def title(self, query: str) -> str:
+        """A search result's title (data v6): any page's, sometimes carrying the query's words."""
+        r = self.rng
+        names = lambda: name(r).capitalize() if r.random() < 0.8 else name(r, "latin").upper()
+        return self._draw(lambda: r.choice(_TITLE_FORMS).format(
+            q=query, Q=query[:1].upper() + query[1:], N=names(), M=names(), w=r.choice(_TITLE_WORDS),
+            a=r.choice(_ADJ), o=r.choice(_NOUN), k=r.randint(3, 12), y=r.randint(1990, 2030)))
 
     def zone(self) -> str:
         """A real IANA zone (the model knows their regions), ``UTC`` now and then; in data v4 also now

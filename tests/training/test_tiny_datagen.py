@@ -232,3 +232,22 @@ def test_data_v5_puts_a_quiet_terse_reply_before_some_follow_ups_and_leaves_v4_a
     a, b = DialogueGen("train", 72, "v4"), DialogueGen("train", 72, "v4")
     assert [render_dialogue(a.dialogue()) for _ in range(50)] == [render_dialogue(b.dialogue()) for _ in range(50)]
     assert all(x.answer not in TERSE for d in dialogues for x in d if not x.quiet)
+
+
+def test_data_v6_titles_half_of_the_searches_like_any_page_and_answers_quote_them() -> None:
+    """v6: half of the searches return pages titled like any page (a search tool of the user's own), not
+    the demo tool's "<query> - demo result N", so the model learns to quote the title it read, not to
+    rebuild one from the query. Titles are split values (held-out titles never train) and answers quote them."""
+    from training.values import split_of
+    for split in ("train", "eval"):
+        gen = DialogueGen(split, 73, "v6")
+        calls = [(x, c) for _ in range(1500) for x in gen.dialogue() for c in x.calls if c.name == "search"]
+        other = [(x, c) for x, c in calls if not c.keys[0].endswith(" - demo result 1")]
+        assert 0.35 < len(other) / len(calls) < 0.65, (len(other), len(calls))
+        assert len({c.keys[0] for _, c in other}) > 0.9 * len(other)
+        for x, c in other:
+            assert split_of(c.keys[0]) == split and c.keys[0] in c.content
+            if c in x.rounds[-1] and not x.quiet:
+                assert c.keys[0] in x.answer, (c.keys, x.answer)
+    assert not any(c.name == "search" and not c.keys[0].endswith(" - demo result 1")
+                   for _ in range(500) for x in DialogueGen("train", 5, "v5").dialogue() for c in x.calls)
