@@ -215,7 +215,7 @@ def test_make_train_runs_the_phases_that_made_the_shipped_model() -> None:
     commands = [parse_args(line.split("training.train ", 1)[1].split(";")[0].split())
                 for line in out.splitlines() if "-m training.train " in line]
     chain = phase_chain(watch.parse_state(MODEL_DIR / "train_state.txt") | watch.init_states(MODEL_DIR))
-    assert len(commands) == len(chain) == 5
+    assert len(commands) == len(chain) > 1
     for i, (args, state) in enumerate(zip(commands, chain)):
         assert (args.data, args.steps, args.lr, args.warmup, args.threads) == (
             state["data"], state["schedules"][-1][1], state["lr"], state["warmup"], state["threads"]), f"phase {i + 1}"
