@@ -98,27 +98,22 @@ TUNE5_RUN ?= .train/run5
 TUNE5_STEPS ?= 600
 TUNE5_LR ?= 1e-4
 MODEL_DIR ?= models/tiny-agent
-# $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags
+# every phase's pick but the last's, first first: a phase is done once its own or a later phase's pick exists
+PICKS = $(TRAIN_RUN)/pick $(TUNE_RUN)/pick $(TUNE3_RUN)/pick $(TUNE4_RUN)/pick
+# $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags, $(5) picks that mean it is done
 define train_phase
+	@for pick in $(5); do if [ -f $$pick/model.safetensors ]; then echo "$(1) done or not needed: $$pick"; exit 0; fi; done; \
 	nice -n 19 $(PY) -m training.watch --run $(1) --final-step $(2) --scale 0.5 --dest $(3) & watcher=$$!; \
 	trap 'kill $$watcher 2>/dev/null' INT TERM; \
 	if $(PY) -m training.train --out $(1) --steps $(2) --threads $(TRAIN_THREADS) $(4); then wait $$watcher; \
 	else rc=$$?; kill $$watcher 2>/dev/null; exit $$rc; fi
 endef
 train: install           ## retrain models/tiny-agent in five phases (resumable), learning curves and picks
-	@if [ -f $(TRAIN_RUN)/pick/model.safetensors ] || [ -f $(TUNE_RUN)/pick/model.safetensors ] || \
-	[ -f $(TUNE3_RUN)/pick/model.safetensors ] || [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then \
-	echo "phase 1 done (or not needed: a later phase's pick exists)"; else \
-	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1); fi
-	@if [ -f $(TUNE_RUN)/pick/model.safetensors ] || [ -f $(TUNE3_RUN)/pick/model.safetensors ] || \
-	[ -f $(TUNE4_RUN)/pick/model.safetensors ]; then echo "phase 2 done (or not needed: a later phase's pick exists)"; else \
-	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2); fi
-	@if [ -f $(TUNE3_RUN)/pick/model.safetensors ] || [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then \
-	echo "phase 3 done (or not needed: phase 4's pick exists)"; else \
-	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(TUNE3_RUN)/pick,--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3); fi
-	@if [ -f $(TUNE4_RUN)/pick/model.safetensors ]; then echo "phase 4 done: $(TUNE4_RUN)/pick"; else \
-	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4); fi
-	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(MODEL_DIR),--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5)
+	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1,$(PICKS))
+	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2,$(wordlist 2,4,$(PICKS)))
+	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(TUNE3_RUN)/pick,--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3,$(wordlist 3,4,$(PICKS)))
+	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4,$(wordlist 4,4,$(PICKS)))
+	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(MODEL_DIR),--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5,)
 
 eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
 	$(VENV)/bin/turnstream eval tiny
