@@ -111,8 +111,9 @@ DATA_NOTES = {"v1": "`training/phrasebook.py`", "v2": "v1 plus `training/broad.p
               "v3": "v2 plus names of several words and tails that are never a held-out small-talk body",
               "v4": "v3 plus \"Cafe X\", \"Mount X\", made-up zones under real regions, \"a - (b + c)\", two-topic queries and more follow-ups",
               "v5": "v4 with a terse reply, shown but not learned, before 40 % of follow-ups",
-              "v6": "v5 with any pages' titles, not the demo tool's, in half of the search results"}
-_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+              "v6": "v5 with any pages' titles, not the demo tool's, in half of the search results",
+              "v7": "v6 with calculations typed without spaces called as typed, and half of the titled searches in a client's result shape"}
+_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
 
 
 def phase_chain(row: dict) -> list[dict]:

@@ -33,8 +33,10 @@ FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # without held-out small-talk bodies (the third phase); v4: v3 plus "Cafe X", "Mount X", made-up zones under
 # real regions, "a - (b + c)", two-topic queries and more follow-ups (tried as a fourth phase, not shipped:
 # see the README); v5: v4 where 40 % of follow-ups come after a terse reply (``TERSE``) that is history only;
-# v6: v5 where half of the searches return any pages' titles (``Values.title``), not the demo tool's
-DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6")
+# v6: v5 where half of the searches return any pages' titles (``Values.title``), not the demo tool's;
+# v7: v6 where a calculation typed without spaces is called as typed ("(706*806)+144", not "(706 * 806) + 144"),
+# and half of the searches titled like any page come in a client's shape (``results.older_shape``)
+DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 # Replies a client's history may hold before a follow-up (another model's, or one the client shortened).
 # They are shown, never learned (``Exchange.quiet``): this model's own answers still quote every value.
 TERSE = ("All set.", "Here you go.", "There you go.", "OK.", "Sure thing.", "Finished.", "Got it.",
@@ -73,8 +75,9 @@ class DialogueGen:
     phrasing parts: ``v1`` (phrasebook only; what the in-distribution evaluation set is drawn from),
     ``v2`` (v1 plus ``training/broad.py``), ``v3`` (v2 plus names of several words, and tails that are
     never a held-out small-talk body), ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
-    follow-ups), ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups) or ``v6`` (v5 with any
-    pages' titles in half of the search results).  Each version's draws are the same as before the next existed."""
+    follow-ups), ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups), ``v6`` (v5 with any
+    pages' titles in half of the search results) or ``v7`` (v6 with calculations called as typed and more
+    titled searches in a client's shape).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
@@ -82,7 +85,7 @@ class DialogueGen:
         self.split, self.rng = split, random.Random(seed)
         built_on = DATA_VERSIONS[: DATA_VERSIONS.index(data) + 1]  # this version and those it adds to
         self.broad, self.wide, self.terse = "v2" in built_on, "v4" in built_on, "v5" in built_on
-        self.titled = "v6" in built_on
+        self.titled, self.as_typed = "v6" in built_on, "v7" in built_on
         self.values = Values(split, self.rng, compound="v3" in built_on, wide=self.wide)
         self.tails = bd.TAILS_V3 if "v3" in built_on else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
@@ -106,7 +109,13 @@ class DialogueGen:
         return compose.noisy(self.rng, compose.fill(template, slots), self.broad)
 
     def _calls(self, reqs: list[rq.Request], live: bool) -> list[Call]:
-        return [make_call(q.tool, q.args, self.rng, live, self._titles(q)) for q in reqs]
+        calls = []
+        for q in reqs:
+            titles = self._titles(q)
+            # data v7: a search tool of the user's own returns its own shape as often as the demo tool's
+            own_shape = bool(titles) and self.as_typed and live and self.rng.random() < 0.5
+            calls.append(make_call(q.tool, q.args, self.rng, live and not own_shape, titles))
+        return calls
 
     def _titles(self, q: rq.Request) -> list[str] | None:
         """Data v6: half of the searches come from a search tool of the user's own, titled like any page."""
@@ -120,6 +129,10 @@ class DialogueGen:
         for q in reqs if self.broad else []:
             if q.words and self.rng.random() < 0.4:
                 q.words = self.rng.choice(bd.CALC_WORDS[q.args["expression"].split()[1]])
+        for q in reqs if self.as_typed else []:
+            typed = q.slots.get("expr", "")
+            if q.kind == "calc" and not q.words and typed == q.args["expression"].replace(" ", ""):
+                q.args["expression"] = typed  # data v7: the value as the user typed it, not re-spaced
         return reqs
 
     def _tool_exchange(self, reqs: list[rq.Request], template: str, task: str) -> Exchange:

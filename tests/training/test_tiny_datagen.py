@@ -251,3 +251,25 @@ def test_data_v6_titles_half_of_the_searches_like_any_page_and_answers_quote_the
                 assert c.keys[0] in x.answer, (c.keys, x.answer)
     assert not any(c.name == "search" and not c.keys[0].endswith(" - demo result 1")
                    for _ in range(500) for x in DialogueGen("train", 5, "v5").dialogue() for c in x.calls)
+
+
+def test_data_v7_calls_a_calculation_as_typed_and_shows_titled_searches_in_a_client_shape() -> None:
+    """v7: a calculation the user typed without spaces is called exactly as typed (the tool gets the user's
+    value, the first model's rule); one typed with spaces or in words keeps the canonical form. Half of the
+    searches titled like any page come in a client's shape (title only), so quoting a title read from that
+    shape is learned too. v6 still re-spaces every typed calculation."""
+    gen = DialogueGen("train", 74, "v7")
+    exchanges = [x for _ in range(1500) for x in gen.dialogue()]
+    calcs = [(x, c.arguments["expression"]) for x in exchanges for r in x.rounds[:1] for c in r if c.name == "calculator"]
+    typed = [(x, e) for x, e in calcs if " " not in e and not e.startswith("sqrt(")]
+    assert 0.2 < len(typed) / len(calcs) < 0.5, (len(typed), len(calcs))
+    assert all(e in x.user for x, e in typed), [(x.user, e) for x, e in typed if e not in x.user][:3]
+    assert any(" " in e and e.replace(" ", "") not in x.user for x, e in calcs)
+    searches = [c for x in exchanges for c in x.calls if c.name == "search"]
+    titled = [c for c in searches if not c.keys[0].endswith(" - demo result 1")]
+    client = [c for c in titled if '"url"' not in c.content]
+    assert 0.35 < len(client) / len(titled) < 0.7, (len(client), len(titled))
+    assert all(len(c.keys) == 1 and c.keys[0] in c.content for c in client)
+    v6 = DialogueGen("train", 74, "v6")
+    assert not [c.arguments["expression"] for _ in range(500) for x in v6.dialogue() for c in x.calls
+                if c.name == "calculator" and " " not in c.arguments["expression"] and not c.arguments["expression"].startswith("sqrt(")]
