@@ -112,7 +112,8 @@ DATA_NOTES = {"v1": "`training/phrasebook.py`", "v2": "v1 plus `training/broad.p
               "v4": "v3 plus \"Cafe X\", \"Mount X\", made-up zones under real regions, \"a - (b + c)\", two-topic queries and more follow-ups",
               "v5": "v4 with a terse reply, shown but not learned, before 40 % of follow-ups",
               "v6": "v5 with any pages' titles, not the demo tool's, in half of the search results",
-              "v7": "v6 with calculations typed without spaces called as typed, and half of the titled searches in a client's result shape"}
+              "v7": "v6 with calculations typed without spaces called as typed, and half of the titled searches in a client's result shape",
+              "v8": "v7 with half of the titled searches' titles any words of the phrasing parts, names and numbers, in no form"}
 _COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
 
 

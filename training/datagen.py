@@ -12,8 +12,10 @@ Usage: python -m training.datagen --split train --n 3 --seed 0   (prints rendere
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from training import broad as bd
 from training import phrasebook as pb
 from training import requests as rq
 from training.results import Call, make_call
+from training import smalltalk
 from training.smalltalk import ENDINGS
 from training.smalltalk import KINDS as SMALLTALK
 from training.template import render
@@ -35,8 +38,9 @@ FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # see the README); v5: v4 where 40 % of follow-ups come after a terse reply (``TERSE``) that is history only;
 # v6: v5 where half of the searches return any pages' titles (``Values.title``), not the demo tool's;
 # v7: v6 where a calculation typed without spaces is called as typed ("(706*806)+144", not "(706 * 806) + 144"),
-# and half of the searches titled like any page come in a client's shape (``results.older_shape``)
-DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
+# and half of the searches titled like any page come in a client's shape (``results.older_shape``); v8: v7 where
+# half of those titles are any words of the phrasing parts (``Values.free_title``, ``title_words``)
+DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8")
 # Replies a client's history may hold before a follow-up (another model's, or one the client shortened).
 # They are shown, never learned (``Exchange.quiet``): this model's own answers still quote every value.
 TERSE = ("All set.", "Here you go.", "There you go.", "OK.", "Sure thing.", "Finished.", "Got it.",
@@ -76,8 +80,8 @@ class DialogueGen:
     ``v2`` (v1 plus ``training/broad.py``), ``v3`` (v2 plus names of several words, and tails that are
     never a held-out small-talk body), ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
     follow-ups), ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups), ``v6`` (v5 with any
-    pages' titles in half of the search results) or ``v7`` (v6 with calculations called as typed and more
-    titled searches in a client's shape).  Each version's draws are the same as before the next existed."""
+    pages' titles in half of the search results), ``v7`` (v6 with calculations called as typed and more
+    titled searches in a client's shape) or ``v8`` (v7 with half of those titles any words).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
@@ -85,7 +89,7 @@ class DialogueGen:
         self.split, self.rng = split, random.Random(seed)
         built_on = DATA_VERSIONS[: DATA_VERSIONS.index(data) + 1]  # this version and those it adds to
         self.broad, self.wide, self.terse = "v2" in built_on, "v4" in built_on, "v5" in built_on
-        self.titled, self.as_typed = "v6" in built_on, "v7" in built_on
+        self.titled, self.as_typed, self.free_titles = "v6" in built_on, "v7" in built_on, "v8" in built_on
         self.values = Values(split, self.rng, compound="v3" in built_on, wide=self.wide)
         self.tails = bd.TAILS_V3 if "v3" in built_on else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
@@ -121,6 +125,8 @@ class DialogueGen:
         """Data v6: half of the searches come from a search tool of the user's own, titled like any page."""
         if not self.titled or q.tool != "search" or self.rng.random() >= 0.5:
             return None
+        if self.free_titles and self.rng.random() < 0.5:
+            return [self.values.free_title(title_words()) for _ in range(3)]
         return [self.values.title(q.args["query"]) for _ in range(3)]
 
     def _requests(self, kinds: list[str]) -> list[rq.Request]:
@@ -277,6 +283,29 @@ def _plain(q: rq.Request) -> rq.Request:
     if q.words:
         return rq.Request("calc", q.args, {"expr": q.args["expression"]})
     return q
+
+
+@functools.cache
+def title_words() -> tuple[str, ...]:
+    """Every word of two letters or more in the phrasing parts (``phrasebook``, ``broad``, small talk),
+    lower case: what data v8's titles are made of."""
+    words: set[str] = set()
+
+    def walk(o: Any) -> None:
+        if isinstance(o, str):
+            words.update(w.lower() for w in re.findall(r"[A-Za-z]{2,}", o))
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                walk(k)
+                walk(v)
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            for x in o:
+                walk(x)
+    for module in (pb, bd, smalltalk):
+        for key, value in vars(module).items():
+            if key.isupper():
+                walk(value)
+    return tuple(sorted(words))
 
 
 def to_messages(exchanges: list[Exchange]) -> list[dict[str, Any]]:

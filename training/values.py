@@ -145,6 +145,21 @@ class Values:
             q=query, Q=query[:1].upper() + query[1:], N=names(), M=names(), w=r.choice(_TITLE_WORDS),
             a=r.choice(_ADJ), o=r.choice(_NOUN), k=r.randint(3, 12), y=r.randint(1990, 2030)))
 
+    def free_title(self, words: tuple[str, ...]) -> str:
+        """A search result's title (data v8) of no form at all: one to six of ``words`` (Title Case or as
+        they are), made-up names and numbers in any order, so copying a title cannot lean on its form."""
+        r = self.rng
+
+        def part() -> str:
+            x = r.random()
+            if x < 0.15:
+                return name(r).capitalize()
+            if x < 0.2:
+                return str(r.randint(1, 2030))
+            w = r.choice(words)
+            return w.capitalize() if r.random() < 0.7 else w
+        return self._draw(lambda: " ".join(part() for _ in range(r.choices(range(1, 7), [2, 4, 5, 4, 2, 1])[0])))
+
     def zone(self) -> str:
         """A real IANA zone (the model knows their regions), ``UTC`` now and then; in data v4 also now
         and then a made-up place under a real region (``Australia/Koham``), which the user types whole."""
