@@ -23,8 +23,8 @@ from training import answers, compose
 from training import broad as bd
 from training import phrasebook as pb
 from training import requests as rq
-from training.results import Call, make_call
 from training import smalltalk
+from training.results import Call, make_call
 from training.smalltalk import ENDINGS
 from training.smalltalk import KINDS as SMALLTALK
 from training.template import render
@@ -131,14 +131,10 @@ class DialogueGen:
 
     def _requests(self, kinds: list[str]) -> list[rq.Request]:
         lower = self.rng.random() < 0.06
-        reqs = [rq.draw(k, self.values, lower) for k in kinds]
+        reqs = [rq.draw(k, self.values, lower, self.as_typed) for k in kinds]
         for q in reqs if self.broad else []:
             if q.words and self.rng.random() < 0.4:
                 q.words = self.rng.choice(bd.CALC_WORDS[q.args["expression"].split()[1]])
-        for q in reqs if self.as_typed else []:
-            typed = q.slots.get("expr", "")
-            if q.kind == "calc" and not q.words and typed == q.args["expression"].replace(" ", ""):
-                q.args["expression"] = typed  # data v7: the value as the user typed it, not re-spaced
         return reqs
 
     def _tool_exchange(self, reqs: list[rq.Request], template: str, task: str) -> Exchange:

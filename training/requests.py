@@ -36,8 +36,9 @@ class Request:
         return TOOL_OF[self.kind]
 
 
-def draw(kind: str, v: Values, lower_values: bool = False) -> Request:
-    """A request of ``kind``; with ``lower_values`` the copied names are typed in lower case."""
+def draw(kind: str, v: Values, lower_values: bool = False, as_typed: bool = False) -> Request:
+    """A request of ``kind``; with ``lower_values`` the copied names are typed in lower case; with
+    ``as_typed`` (data v7) a calculation typed without spaces is called as typed, not re-spaced."""
     r = v.rng
     low = (lambda s: s.lower()) if lower_values else (lambda s: s)
     if kind == "weather":
@@ -61,14 +62,14 @@ def draw(kind: str, v: Values, lower_values: bool = False) -> Request:
         low_place = lower_values and not made_up and r.random() < 0.5
         return Request(kind, {"timezone": tz}, {"place": place.lower() if low_place else place})
     if kind == "calc":
-        return _calc(v)
+        return _calc(v, as_typed)
     if kind == "search":
         q = low(v.query())
         return Request(kind, {"query": q}, {"q": q})
     raise ValueError(f"unknown request kind {kind!r}")
 
 
-def _calc(v: Values) -> Request:
+def _calc(v: Values, as_typed: bool = False) -> Request:
     r = v.rng
     if r.random() < 0.15:
         op = r.choice("+-*/")
@@ -77,7 +78,8 @@ def _calc(v: Values) -> Request:
             b = "7"
         return Request("calc", {"expression": f"{a} {op} {b}"}, {"a": a, "b": b}, words=r.choice(pb.CALC_WORDS[op]))
     expr = v.expression()
-    return Request("calc", {"expression": expr}, {"expr": surface.expression(r, expr)})
+    typed = surface.expression(r, expr)
+    return Request("calc", {"expression": typed if as_typed and typed == expr.replace(" ", "") else expr}, {"expr": typed})
 
 
 def _party_phrase(rng: random.Random, n_text: str) -> str:
