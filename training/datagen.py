@@ -39,8 +39,9 @@ FORMS, FORM_WEIGHTS = ("do", "ask", "bare"), (0.45, 0.4, 0.15)
 # v6: v5 where half of the searches return any pages' titles (``Values.title``), not the demo tool's;
 # v7: v6 where a calculation typed without spaces is called as typed ("(706*806)+144", not "(706 * 806) + 144"),
 # and half of the searches titled like any page come in a client's shape (``results.older_shape``); v8: v7 where
-# half of those titles are any words of the phrasing parts (``Values.free_title``, ``title_words``)
-DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8")
+# half of those titles are any words of the phrasing parts (``Values.free_title``, ``title_words``); v9: v8 where
+# 60 % of the titled searches carry common page kinds' titles ("A Short History of X": ``Values.page_title``)
+DATA_VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
 # Replies a client's history may hold before a follow-up (another model's, or one the client shortened).
 # They are shown, never learned (``Exchange.quiet``): this model's own answers still quote every value.
 TERSE = ("All set.", "Here you go.", "There you go.", "OK.", "Sure thing.", "Finished.", "Got it.",
@@ -81,7 +82,8 @@ class DialogueGen:
     never a held-out small-talk body), ``v4`` (v3 plus the forms in ``values._WIDE_*`` and more
     follow-ups), ``v5`` (v4 with a quiet terse reply before 40 % of follow-ups), ``v6`` (v5 with any
     pages' titles in half of the search results), ``v7`` (v6 with calculations called as typed and more
-    titled searches in a client's shape) or ``v8`` (v7 with half of those titles any words).  Each version's draws are the same as before the next existed."""
+    titled searches in a client's shape), ``v8`` (v7 with half of those titles any words) or ``v9`` (v8 with
+    common page kinds' titles in 60 % of the titled searches).  Each version's draws are the same as before the next existed."""
 
     def __init__(self, split: str, seed: int, data: str = "v1") -> None:
         if data not in DATA_VERSIONS:
@@ -90,6 +92,7 @@ class DialogueGen:
         built_on = DATA_VERSIONS[: DATA_VERSIONS.index(data) + 1]  # this version and those it adds to
         self.broad, self.wide, self.terse = "v2" in built_on, "v4" in built_on, "v5" in built_on
         self.titled, self.as_typed, self.free_titles = "v6" in built_on, "v7" in built_on, "v8" in built_on
+        self.page_titles = "v9" in built_on
         self.values = Values(split, self.rng, compound="v3" in built_on, wide=self.wide)
         self.tails = bd.TAILS_V3 if "v3" in built_on else bd.TAILS
         self.p_live = 0.85 if split == "train" else 1.0  # held-out results always in the runtime's shape
@@ -125,6 +128,8 @@ class DialogueGen:
         """Data v6: half of the searches come from a search tool of the user's own, titled like any page."""
         if not self.titled or q.tool != "search" or self.rng.random() >= 0.5:
             return None
+        if self.page_titles and self.rng.random() < 0.6:  # data v9
+            return [self.values.page_title() for _ in range(3)]
         if self.free_titles and self.rng.random() < 0.5:
             return [self.values.free_title(title_words()) for _ in range(3)]
         return [self.values.title(q.args["query"]) for _ in range(3)]

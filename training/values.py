@@ -46,6 +46,15 @@ _TITLE_FORMS = ("{Q}: what to know", "{Q} explained", "Everything about {q}", "{
                 "{N}", "{Q}", "{w} of {N}", "{Q} near {N}", "Why {q}?", "{N} {M}")
 _TITLE_WORDS = ("Journal Review Daily Digest Post Times Gazette Weekly Notebook Handbook Almanac Herald Chronicle "
                 "Magazine Archive Report Courier Dispatch Bulletin Insider Companion Letters Index Almanach").split()
+# data v9: the page titles of the kinds the first model's search results had (and a news site or a wiki has):
+# "A Short History of X", "X News", "Top 10 Y Spots in X", ... with their near variants.  Its small tokenizer
+# splits "History" into ``Hi`` + ``story`` and "News" into ``N`` + ``ews``; a model that never copied those
+# pairs inside a value leaves the title at ``Hi`` (the legacy set's answers), so the forms are taught as data
+_PAGE_FORMS = ("{C} Travel Guide", "Top {k} {T} Spots in {C}", "The {a} {o} Blog", "{T} Today", "{C} News",
+               "A Short History of {C}", "{a} {T} Review", "Learn {T} with {N}", "A Brief History of {C}",
+               "The History of {T}", "History of {C}", "{C} History Museum", "{T} News", "{C} Daily News",
+               "Hello {C}", "Hi {C}: {T} and more", "{T} Stories from {C}", "Welcome to {C}", "{N}'s {T} Diary",
+               "Best {T} in {C}", "{C} Weekend Guide", "News from {C}", "Visit {C}", "{T} Tips for Beginners")
 _RESTAURANT_FORMS = ("Chez {n}", "{n}'s Kitchen", "{n} Bistro", "Trattoria {n}", "The {a} {o}", "{n} Sushi Bar",
                      "Café {n}", "La {n}", "{n} Grill", "The {n} House", "{a} {o} Diner", "Le Petit {n}", "{n}",
                      "Taverna {n}", "{n} Ramen", "Brasserie {n}", "Osteria {n}", "Casa {n}", "{n} Noodle Bar",
@@ -159,6 +168,14 @@ class Values:
             w = r.choice(words)
             return w.capitalize() if r.random() < 0.7 else w
         return self._draw(lambda: " ".join(part() for _ in range(r.choices(range(1, 7), [2, 4, 5, 4, 2, 1])[0])))
+
+    def page_title(self) -> str:
+        """A search result's title (data v9) of a common page kind (``_PAGE_FORMS``) about a made-up place,
+        person or any topic."""
+        r = self.rng
+        return self._draw(lambda: r.choice(_PAGE_FORMS).format(
+            C=name(r).capitalize(), N=name(r).capitalize(), T=r.choice(TOPICS).capitalize(), a=r.choice(_ADJ),
+            o=r.choice(_NOUN), k=r.choice([3, 5, 7, 10, 10, 10, 12, 20])))
 
     def zone(self) -> str:
         """A real IANA zone (the model knows their regions), ``UTC`` now and then; in data v4 also now

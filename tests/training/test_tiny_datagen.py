@@ -297,3 +297,25 @@ def test_data_v8_titles_half_of_the_titled_searches_with_any_words_in_no_form() 
     before = [c.keys[0] for _ in range(300) for x in v7.dialogue() for c in x.calls if c.name == "search"]
     assert not [t for t in before if not t.endswith(" - demo result 1") and " " in t
                 and all(w.lower() in words for w in t.split()) and len(t.split()) > 3]
+
+
+def test_data_v9_titles_searches_with_common_page_kinds_that_split_into_rare_token_pairs() -> None:
+    """v9: 60 % of v8's titled searches carry titles of common page kinds ("A Short History of X", "X News",
+    ...: ``Values.page_title``), whose words the tokenizer splits into pairs ("Hi" + "story") a model must have
+    copied inside a value; the answers quote them whole. Titles are split values; v8 is unchanged."""
+    from training.values import _PAGE_FORMS, split_of
+    gen = DialogueGen("train", 76, "v9")
+    searches = [(x, c) for _ in range(1500) for x in gen.dialogue() for c in x.calls if c.name == "search"]
+    titled = [(x, c) for x, c in searches if not c.keys[0].endswith(" - demo result 1")]
+    heads = {f.split("{")[0] for f in _PAGE_FORMS if not f.startswith("{")} - {""}
+    tails = {f.split("}")[-1] for f in _PAGE_FORMS if not f.endswith("}")} - {""}
+    page = [(x, c) for x, c in titled if any(c.keys[0].startswith(h) for h in heads)
+            or any(c.keys[0].endswith(t) for t in tails)]
+    assert 0.45 < len(page) / len(titled) < 0.75, (len(page), len(titled))
+    history = [(x, c) for x, c in page if "History" in c.keys[0]]
+    assert len(history) > 0.1 * len(page)
+    assert all(split_of(c.keys[0]) == "train" and c.keys[0] in c.content for _, c in page)
+    assert all(c.keys[0] in x.answer for x, c in page if c in x.rounds[-1] and not x.quiet)
+    v8 = DialogueGen("train", 76, "v8")
+    before = [c.keys[0] for _ in range(300) for x in v8.dialogue() for c in x.calls if c.name == "search"]
+    assert not [t for t in before if "History" in t or t.endswith(" News")]
