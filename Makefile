@@ -71,7 +71,7 @@ test-vllm: $(VLLM_VENV)/.installed
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
 
-# Retrain the bundled model from nothing, in six phases (each resumable: rerun to continue; a phase whose
+# Retrain the bundled model from nothing, in seven phases (each resumable: rerun to continue; a phase whose
 # pick exists is skipped, and so is every earlier phase once a later phase's pick exists).
 # Phase 1: 12000 steps from nothing on data v1; its pick goes to $(TRAIN_RUN)/pick (~85 min where the CPU
 # computes bf16 natively -- AMX, AVX-512 BF16 -- ~3.5 h in fp32 on an AVX2-only CPU).
@@ -81,7 +81,8 @@ bench: install           ## every benchmark; results in bench/results/
 # arithmetic, two-topic queries, more follow-ups); its pick goes to $(TUNE4_RUN)/pick. Phase 5: $(TUNE5_STEPS)
 # steps on data v5 (a terse reply, shown but not learned, before some follow-ups); its pick goes to
 # $(TUNE5_RUN)/pick. Phase 6: $(TUNE6_STEPS) steps on data v7 (calculations called as typed, titles of any
-# page in search results of either shape); its pick ships to models/tiny-agent. Each phase's trainer uses
+# page in search results of either shape); its pick goes to $(TUNE6_RUN)/pick. Phase 7: $(TUNE7_STEPS) steps on
+# data v9 (titles of common page kinds: "A Short History of X", "X News"); its pick ships to models/tiny-agent. Each phase's trainer uses
 # TRAIN_THREADS threads, its watcher one at the lowest priority (on a 2-core machine a watcher at equal
 # priority slows the trainer from ~0.7 to ~1.0 s a step).
 TRAIN_RUN ?= .train/run1
@@ -102,9 +103,12 @@ TUNE5_LR ?= 1e-4
 TUNE6_RUN ?= .train/run6
 TUNE6_STEPS ?= 1200
 TUNE6_LR ?= 1e-4
+TUNE7_RUN ?= .train/run7
+TUNE7_STEPS ?= 1000
+TUNE7_LR ?= 1e-4
 MODEL_DIR ?= models/tiny-agent
 # every phase's pick but the last's, first first: a phase is done once its own or a later phase's pick exists
-PICKS = $(TRAIN_RUN)/pick $(TUNE_RUN)/pick $(TUNE3_RUN)/pick $(TUNE4_RUN)/pick $(TUNE5_RUN)/pick
+PICKS = $(TRAIN_RUN)/pick $(TUNE_RUN)/pick $(TUNE3_RUN)/pick $(TUNE4_RUN)/pick $(TUNE5_RUN)/pick $(TUNE6_RUN)/pick
 # $(1) run, $(2) steps, $(3) where the pick goes, $(4) more trainer flags, $(5) picks that mean it is done
 define train_phase
 	@for pick in $(5); do if [ -f $$pick/model.safetensors ]; then echo "$(1) done or not needed: $$pick"; exit 0; fi; done; \
@@ -113,13 +117,14 @@ define train_phase
 	if $(PY) -m training.train --out $(1) --steps $(2) --threads $(TRAIN_THREADS) $(4); then wait $$watcher; \
 	else rc=$$?; kill $$watcher 2>/dev/null; exit $$rc; fi
 endef
-train: install           ## retrain models/tiny-agent in six phases (resumable), learning curves and picks
+train: install           ## retrain models/tiny-agent in seven phases (resumable), learning curves and picks
 	$(call train_phase,$(TRAIN_RUN),$(TRAIN_STEPS),$(TRAIN_RUN)/pick,--data v1,$(PICKS))
-	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2,$(wordlist 2,5,$(PICKS)))
-	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(TUNE3_RUN)/pick,--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3,$(wordlist 3,5,$(PICKS)))
-	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4,$(wordlist 4,5,$(PICKS)))
-	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(TUNE5_RUN)/pick,--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5,$(wordlist 5,5,$(PICKS)))
-	$(call train_phase,$(TUNE6_RUN),$(TUNE6_STEPS),$(MODEL_DIR),--data v7 --init-from $(TUNE5_RUN)/pick --lr $(TUNE6_LR) --warmup 50 --seed 6,)
+	$(call train_phase,$(TUNE_RUN),$(TUNE_STEPS),$(TUNE_RUN)/pick,--data v2 --init-from $(TRAIN_RUN)/pick --lr $(TUNE_LR) --warmup 100 --seed 2,$(wordlist 2,6,$(PICKS)))
+	$(call train_phase,$(TUNE3_RUN),$(TUNE3_STEPS),$(TUNE3_RUN)/pick,--data v3 --init-from $(TUNE_RUN)/pick --lr $(TUNE3_LR) --warmup 100 --seed 3,$(wordlist 3,6,$(PICKS)))
+	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4,$(wordlist 4,6,$(PICKS)))
+	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(TUNE5_RUN)/pick,--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5,$(wordlist 5,6,$(PICKS)))
+	$(call train_phase,$(TUNE6_RUN),$(TUNE6_STEPS),$(TUNE6_RUN)/pick,--data v7 --init-from $(TUNE5_RUN)/pick --lr $(TUNE6_LR) --warmup 50 --seed 6,$(wordlist 6,6,$(PICKS)))
+	$(call train_phase,$(TUNE7_RUN),$(TUNE7_STEPS),$(MODEL_DIR),--data v9 --init-from $(TUNE6_RUN)/pick --lr $(TUNE7_LR) --warmup 50 --seed 9,)
 
 eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
 	$(VENV)/bin/turnstream eval tiny
