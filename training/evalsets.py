@@ -1,6 +1,7 @@
 """The evaluation sets: in-distribution (the training generator's held-out values and phrasing
 combinations), harder (a separate, evaluation-only template family: ``training/harder.py``), the
-hand-written probe (``training/probes.py``) and the legacy set (the first model's 330 prompts, frozen).
+hand-written probe (``training/probes.py``), the legacy set (the first model's 330 prompts, frozen) and
+``titles``, a check that a search title is copied whatever rare token pairs it holds.
 
 An ``Item`` is one prompt and what the next assistant turn should be:
   call    ``calls`` (in any order), right values
@@ -99,6 +100,31 @@ def legacy() -> list[Item]:
         d = json.loads(line)
         items.append(Item(kinds[d["kind"]], d["kind"], d["task"], d["messages"], d["calls"] if d["kind"] != "answer"
                           else [], d["keys"], tools="demo5"))
+    return items
+
+
+# Titles for ``titles``: words the tokenizer splits into pairs the small-talk data ties to greetings ("History"
+# is ``Hi`` + ``story``, "News" ``N`` + ``ews``, "Hello"), in forms data v9 never draws but the first; the last
+# holds no such pair
+TITLE_SWAPS = ("A Short History of {x}", "{x}: A History", "Notes on the History of {x}", "History and Legends of {x}",
+               "{x} Newsletter", "Hello from {x}", "The Untold Story of {x}")
+_SWAPPED = "A Short History of "
+
+
+def titles() -> list[Item]:
+    """The legacy answer prompts whose search result is titled "A Short History of X", with only that title
+    swapped for each of ``TITLE_SWAPS`` (an item's category is its form): is a title copied, not rebuilt?"""
+    items = []
+    for it in legacy():
+        old = next((k for k in it.keys if k.startswith(_SWAPPED)), None)
+        if it.kind != "answer" or old is None:
+            continue
+        for form in TITLE_SWAPS:
+            new = form.format(x=old.removeprefix(_SWAPPED))
+            messages = [m | {"content": m["content"].replace(old, new)} if m["role"] == "tool" else m
+                        for m in it.messages]
+            items.append(Item("answer", form.format(x="X"), it.task, messages, [],
+                              [new if k == old else k for k in it.keys], tools=it.tools))
     return items
 
 

@@ -5,6 +5,9 @@
   probe   26 hand-written everyday requests, run as full round trips with the real tools
   legacy  the first model's 330 prompts (its phrasings, the 5-tool prompt, strict JSON equality)
 
+and on request (``--set titles``, not in ``all``): the legacy answer prompts titled "A Short History of X"
+with that title swapped for forms whose words split into rare token pairs, answer_values per form.
+
 Metrics (``training/scoring.py``): well_formed, right_tool, exact_args, no_tool (small talk),
 answer_values, answer_grounded; each also per category (single, pair, triple, ...).
 """
@@ -20,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from training.backends import BACKENDS, Backend, make_backend
-from training.evalsets import Item, indist, legacy
+from training.evalsets import Item, indist, legacy, titles
 from training.harder import harder
 from training.scoring import score
 from training.tools_spec import SERVER_TOOLS, TOOLS
@@ -66,9 +69,11 @@ def legacy_rates(rates: dict[str, float]) -> dict[str, float]:
 
 def run_set(name: str, backend: Backend, seed: int = 0, scale: float = 1.0, progress: bool = True,
             failures: list | None = None) -> dict[str, float]:
-    """The rates of one report (``indist``, ``harder`` or ``legacy``)."""
+    """The rates of one report (``indist``, ``harder``, ``legacy`` or ``titles``)."""
     if name == "legacy":
         return legacy_rates(evaluate(backend, legacy(), progress, failures, strict=True))
+    if name == "titles":
+        return evaluate(backend, titles(), progress, failures)
     items = indist(seed, scale) if name == "indist" else harder(seed, scale)
     return evaluate(backend, items, progress, failures)
 
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="Hugging Face model directory")
     ap.add_argument("--backend", default="torch", choices=sorted(BACKENDS))
-    ap.add_argument("--set", default="all", choices=["all", "indist", "harder", "probe", "legacy"])
+    ap.add_argument("--set", default="all", choices=["all", "indist", "harder", "probe", "legacy", "titles"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the indist/harder prompt counts")
     ap.add_argument("--json", type=Path, help="also write the rates here")

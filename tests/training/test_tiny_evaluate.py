@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from training.evalsets import COUNTS, indist, legacy, selection
+from training.evalsets import COUNTS, TITLE_SWAPS, indist, legacy, selection, titles
 from training.evaluate import evaluate, legacy_rates
 from training.harder import harder
 from training.scoring import grounded, parse_calls, same_calls, same_value, score
@@ -98,3 +98,28 @@ def test_legacy_rates_use_the_first_evaluations_names() -> None:
     rates = legacy_rates(evaluate(_Oracle(items), items, progress=False, strict=True))
     assert rates == {"well_formed": 1.0, "right_tool": 1.0, "exact_args": 1.0, "parallel_both": 1.0,
                      "answer_values": 1.0, "n": 330}
+
+
+def test_titles_set_swaps_only_the_history_title_of_the_legacy_answers() -> None:
+    """``--set titles``: each legacy answer prompt titled "A Short History of X", once per form, with that title
+    (in the tool result and the expected values) the only change; a model that rebuilds the old title fails."""
+    items, old = titles(), [i for i in legacy() if i.kind == "answer" and any("A Short History of" in k for k in i.keys)]
+    assert len(old) == 5 and len(items) == 5 * len(TITLE_SWAPS)
+    assert Counter(i.category for i in items) == {f.format(x="X"): 5 for f in TITLE_SWAPS}
+    for item in items:
+        place = item.category.replace("X", "{x}")
+        new = next(k for k in item.keys if k.startswith(place.split("{x}")[0]) and k.endswith(place.split("{x}")[1]))
+        tool_text = "".join(m["content"] for m in item.messages if m["role"] == "tool")
+        assert new in tool_text and item.tools == "demo5" and item.kind == "answer"
+        if not item.category.startswith("A Short History"):
+            assert "A Short History" not in tool_text
+    assert evaluate(_Oracle(items), items, progress=False)["answer_values"] == 1.0
+
+    class Stale:  # quotes the title the legacy prompt had, not the one it was shown
+        def complete(self, messages: list, max_new_tokens: int, tools: list) -> str:
+            shown = "".join(m["content"] for m in messages if m["role"] == "tool")
+            item = next(i for i in old if any(k.removeprefix("A Short History of ") in shown for k in i.keys
+                                              if k.startswith("A Short History of ")))
+            return "Done: " + ", ".join(item.keys) + ".<|im_end|>"
+    stale = evaluate(Stale(), items, progress=False)
+    assert stale["answer_values/A Short History of X"] == 1.0 and stale["answer_values"] == 1 / len(TITLE_SWAPS)
