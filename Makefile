@@ -124,7 +124,7 @@ train: install           ## retrain models/tiny-agent in seven phases (resumable
 	$(call train_phase,$(TUNE4_RUN),$(TUNE4_STEPS),$(TUNE4_RUN)/pick,--data v4 --init-from $(TUNE3_RUN)/pick --lr $(TUNE4_LR) --warmup 100 --seed 4,$(wordlist 4,6,$(PICKS)))
 	$(call train_phase,$(TUNE5_RUN),$(TUNE5_STEPS),$(TUNE5_RUN)/pick,--data v5 --init-from $(TUNE4_RUN)/pick --lr $(TUNE5_LR) --warmup 30 --seed 5,$(wordlist 5,6,$(PICKS)))
 	$(call train_phase,$(TUNE6_RUN),$(TUNE6_STEPS),$(TUNE6_RUN)/pick,--data v7 --init-from $(TUNE5_RUN)/pick --lr $(TUNE6_LR) --warmup 50 --seed 6,$(wordlist 6,6,$(PICKS)))
-	$(call train_phase,$(TUNE7_RUN),$(TUNE7_STEPS),$(MODEL_DIR),--data v9 --init-from $(TUNE6_RUN)/pick --lr $(TUNE7_LR) --warmup 50 --seed 10,)
+	$(call train_phase,$(TUNE7_RUN),$(TUNE7_STEPS),$(MODEL_DIR),--data v9 --init-from $(TUNE6_RUN)/pick --lr $(TUNE7_LR) --warmup 50 --seed 9,)
 
 eval: install            ## held-out evaluation of the bundled model (turnstream eval tiny)
 	$(VENV)/bin/turnstream eval tiny
