@@ -81,10 +81,10 @@ bench: install           ## every benchmark; results in bench/results/
 # arithmetic, two-topic queries, more follow-ups); its pick goes to $(TUNE4_RUN)/pick. Phase 5: $(TUNE5_STEPS)
 # steps on data v5 (a terse reply, shown but not learned, before some follow-ups); its pick goes to
 # $(TUNE5_RUN)/pick. Phase 6: $(TUNE6_STEPS) steps on data v7 (calculations called as typed, titles of any
-# page in search results of either shape); its pick goes to $(TUNE6_RUN)/pick. Phase 7: $(TUNE7_STEPS) steps on
-# data v9 (titles of common page kinds: "A Short History of X", "X News"); its pick ships to models/tiny-agent. Each phase's trainer uses
-# TRAIN_THREADS threads, its watcher one at the lowest priority (on a 2-core machine a watcher at equal
-# priority slows the trainer from ~0.7 to ~1.0 s a step).
+# page in search results of either shape); its pick goes to $(TUNE6_RUN)/pick. Phase 7: $(TUNE7_STEPS) steps
+# on data v9 (titles of common page kinds: "A Short History of X", "X News"); its pick ships to
+# models/tiny-agent. Each phase's trainer uses TRAIN_THREADS threads, its watcher one at the lowest
+# priority (on a 2-core machine a watcher at equal priority slows the trainer from ~0.7 to ~1.0 s a step).
 TRAIN_RUN ?= .train/run1
 TRAIN_STEPS ?= 12000
 TRAIN_THREADS ?= 2

@@ -15,7 +15,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from training.datagen import DialogueGen, Exchange, to_messages
 
@@ -138,5 +138,3 @@ def shuffled(items: list[Item], seed: int = 0) -> list[Item]:
     random.Random(seed).shuffle(out)
     return out
 
-
-SETS: dict[str, Callable[..., list[Item]]] = {"indist": indist, "legacy": lambda seed=0, scale=1.0: legacy()}
