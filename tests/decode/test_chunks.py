@@ -1,27 +1,133 @@
-"""The decoder's chunking: the first delta at once, then by count or time; a chunk dates from its first delta."""
+"""The decoder's chunk writer: a turn's first token at once, later ones per round (one clock for every
+turn), every turn's chunks of a step in one round trip, merging while a round is in flight, riding
+through an outage, and the cancel check in the same round trip."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from types import SimpleNamespace
 
-from workers.decode.chunks import Coalescer
-from workers.decode.engine import GenerateDelta
+import pytest
+
+from runtime import bus
+from runtime.session import Status
+from schemas import keys
+from schemas.codec import decode_token
+from workers.decode.chunks import AbortCheck, ChunkWriter
+
+SLOW_TICK_MS = 60_000.0  # no round comes from the clock within a test
 
 
-def test_a_chunk_dates_from_its_oldest_delta_and_flushes_first_count_or_time() -> None:
-    co = Coalescer(n=3, ms=1000)
+async def _chunks(r, sid: str) -> list:
+    return [decode_token(fields[bus.FIELD]) for _, fields in await r.xrange(keys.tokens(sid))]
+
+
+def _open(w: ChunkWriter, sid: str, abort: AbortCheck | None = None):
+    return w.open(keys.tokens(sid), keys.session(sid), turn=0, attempt=1, abort=abort)
+
+
+async def _settled() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_the_first_token_leaves_at_once_and_later_ones_wait_for_the_round(r) -> None:
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = _open(w, "s1")
     before = time.time()
-    co.add(GenerateDelta("a", 1))
-    assert co.due(0.0)  # the first delta leaves at once
-    text, n, since = co.take(0.0)
-    assert (text, n) == ("a", 1) and before <= since <= time.time()
-    co.add(GenerateDelta("b", 1))
-    first_taken = co.since
-    time.sleep(0.01)
-    co.add(GenerateDelta("c", 1))
-    assert not co.due(0.5) and co.timeout(0.5) == 0.5
-    co.add(GenerateDelta("d", 1))
-    assert co.due(0.5)  # three tokens buffered
-    assert co.take(0.5) == ("bcd", 3, first_taken)
-    co.add(GenerateDelta("e", 1))
-    assert co.due(1.5) and co.take(1.5)[:2] == ("e", 1)  # a second since the last flush
+    w.add(tc, "a", 1)
+    await asyncio.sleep(0.05)
+    assert [(c.seq, c.text, c.n_tokens) for c in await _chunks(r, "s1")] == [(0, "a", 1)]
+    w.add(tc, "b", 1)
+    w.add(tc, "", 1)  # an incomplete character: a token without text yet
+    w.add(tc, "c", 1)
+    await asyncio.sleep(0.05)
+    assert len(await _chunks(r, "s1")) == 1  # no round yet: the clock is a minute away
+    await w.flush(tc)
+    chunks = await _chunks(r, "s1")
+    assert [(c.seq, c.text, c.n_tokens) for c in chunks] == [(0, "a", 1), (1, "bc", 3)]
+    assert before <= chunks[0].t_emit <= chunks[1].t_emit <= time.time()  # a chunk dates from its oldest delta
+
+
+async def test_a_step_of_many_turns_leaves_in_one_round_trip(r) -> None:
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
+    turns = [_open(w, f"m{i}") for i in range(50)]
+    for step in range(3):  # as an engine step: every turn's delta handed over in one loop iteration
+        for tc in turns:
+            w.add(tc, f"t{step}", 1)
+        await asyncio.gather(*(w.flush(tc) for tc in turns))
+        assert w.rounds == step + 1
+    for i in range(50):
+        assert [(c.seq, c.text) for c in await _chunks(r, f"m{i}")] == [(0, "t0"), (1, "t1"), (2, "t2")]
+
+
+async def test_tokens_that_arrive_while_a_round_is_in_flight_merge_into_one_chunk(r) -> None:
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
+    gate, original = asyncio.Event(), w._round_trip
+
+    async def held(batch):
+        await gate.wait()
+        return await original(batch)
+
+    w._round_trip = held  # type: ignore[method-assign]
+    tc = _open(w, "lag")
+    w.add(tc, "a", 1)
+    await _settled()  # the round with "a" is in flight
+    for t in "bcd":
+        w.add(tc, t, 1)
+        await _settled()
+    gate.set()
+    await w.flush(tc)
+    assert [(c.seq, c.text, c.n_tokens) for c in await _chunks(r, "lag")] == [(0, "a", 1), (1, "bcd", 3)]
+    assert w.rounds == 2
+
+
+async def test_an_outage_is_ridden_through_and_past_it_the_turn_fails(r, monkeypatch) -> None:
+    monkeypatch.setattr(bus, "RETRY_S", 0.01)
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS, outage_s=30)
+    original, failures = w._round_trip, [3]
+
+    async def flaky(batch):
+        if failures[0]:
+            failures[0] -= 1
+            raise bus.aioredis.ConnectionError("gone")
+        return await original(batch)
+
+    w._round_trip = flaky  # type: ignore[method-assign]
+    tc = _open(w, "out")
+    w.add(tc, "a", 1)
+    w.add(tc, "b", 1)
+    await w.flush(tc)
+    assert [(c.seq, c.text) for c in await _chunks(r, "out")] == [(0, "ab")]
+
+    w.outage_s, failures[0] = 0.1, 10**6
+    w.add(tc, "c", 1)
+    with pytest.raises(bus.aioredis.ConnectionError):
+        await w.flush(tc)
+    with pytest.raises(bus.aioredis.ConnectionError):
+        w.add(tc, "d", 1)  # the turn is abandoned: regenerated as a new attempt
+
+
+async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine(r) -> None:
+    aborted: list[str] = []
+
+    async def abort(rid: str) -> None:
+        aborted.append(rid)
+
+    engine = SimpleNamespace(abort=abort)
+    check = AbortCheck(engine, SimpleNamespace(rid="s9:0:1"), "s9", 0)  # type: ignore[arg-type]
+    await r.hset(keys.session("s9"), mapping={"status": Status.ACTIVE, "turn": 0})
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
+    tc = _open(w, "s9", check)
+    check.next_at = 0.0  # due
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    await _settled()
+    assert aborted == [] and not check.due(time.monotonic())  # active: goes on; the next read is a second away
+    await r.hset(keys.session("s9"), "status", Status.CANCELLED)
+    check.next_at = 0.0
+    w.add(tc, "b", 1)
+    await w.flush(tc)
+    await _settled()
+    assert aborted == ["s9:0:1"] and check.aborted

@@ -1,51 +1,51 @@
-"""How the decode worker cuts the engine's deltas into token-log chunks, and notices a cancel."""
+"""How the decode worker turns the engine's deltas into token-log entries, and notices a cancel.
+
+    engine step: deltas of many turns ──> TurnChunks.add (no await) ──> ChunkWriter round:
+                                                                          XADD each turn's buffered text
+      a turn's first token: a round at once (this loop iteration's end)   (+ HMGET status, turn where that
+      later tokens: a round every ``ms`` for every turn (one clock), or   turn's abort check is due),
+      at once when a turn buffered ``n`` tokens                            ONE pipelined round trip
+
+Contracts:
+
+* **One round trip per step.**  An engine hands a step's deltas to the event loop in one callback;
+  the turns take them in that loop iteration and the round starts after them, so what one step
+  made for every session leaves in one pipeline.  One round is in flight at a time: what arrives
+  meanwhile merges per turn into its next chunk (the writer coalesces while redis lags).
+* **Sized by step and time, not per token.**  After a turn's first chunk (which leaves at once:
+  time to first token is never traded), a turn's text waits for the next round: at most ``ms``
+  after the previous one began, or sooner when some turn buffered ``n`` tokens.
+* **In order, exactly once downstream.**  A turn's chunks carry consecutive ``seq`` and leave in
+  order.  A round that fails because redis is unreachable is sent again, whole, every
+  ``bus.RETRY_S`` for up to ``outage_s``; an XADD whose reply was lost is appended twice and the
+  parser skips the repeat (same ``seq``).  Past ``outage_s`` the round's turns fail: their next
+  ``add`` or ``flush`` raises, and the turn is abandoned and regenerated as a new attempt.
+* ``flush(turn)`` returns once everything the turn added is written (its ``TokenEnd`` follows).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from typing import Any
 
+import redis.asyncio as aioredis
+
+from runtime import bus
 from runtime.session import Status
-from workers.decode.engine import Engine, GenerateDelta, GenerateRequest
+from schemas.codec import encode
+from schemas.events import TokenChunk
+from workers.decode.engine import Engine, GenerateRequest
 
 log = logging.getLogger(__name__)
 
 
-class Coalescer:
-    """Buffers deltas: flush the first at once, then every ``n`` tokens or ``ms`` milliseconds."""
-
-    def __init__(self, n: int, ms: float) -> None:
-        self.n, self.s = n, ms / 1000.0
-        self.text, self.tokens, self.first, self.last_flush = "", 0, True, 0.0
-        self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
-        self.finished = False  # the engine's last delta was seen
-
-    def add(self, d: GenerateDelta) -> None:
-        if not self.text and not self.tokens:
-            self.since = time.time()
-        self.text += d.text
-        self.tokens += d.n_tokens
-        self.finished = d.finished
-
-    def due(self, now: float) -> bool:
-        return self.tokens > 0 and (self.first or self.tokens >= self.n or now - self.last_flush >= self.s)
-
-    def take(self, now: float) -> tuple[str, int, float]:
-        """The buffered text, its token count and when its first delta was taken; empties the buffer."""
-        out = (self.text, self.tokens, self.since)
-        self.text, self.tokens, self.first, self.last_flush = "", 0, False, now
-        return out
-
-    def timeout(self, now: float) -> float | None:
-        """Seconds until a time-based flush is due, None when nothing is buffered."""
-        return None if not self.tokens else max(0.0, self.last_flush + self.s - now)
-
-
 class AbortCheck:
-    """Between chunks, at most every ``interval_s``: abort the generation when the session was
-    cancelled (status no longer active) or has moved on to another turn.  Nothing a cancelled
-    turn generates after its ``session.ended`` is published, so the interval bounds only the
-    generation wasted (one status read per session per interval: 0.05 commands per token at
+    """At most every ``interval_s``: abort the generation when the session was cancelled (status no
+    longer active) or has moved on to another turn.  Nothing a cancelled turn generates after its
+    ``session.ended`` is published, so the interval bounds only the generation wasted (one status
+    read per session per interval, in the round that carries its chunk: 0.05 commands per token at
     20 tokens/s)."""
 
     interval_s = 1.0
@@ -67,3 +67,177 @@ class AbortCheck:
             self.aborted = True
             log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
             await self.engine.abort(self.req.rid)
+
+
+class TurnChunks:
+    """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
+
+    __slots__ = ("abort", "attempt", "error", "first", "pending", "seq", "session_key", "since", "stream", "text",
+                 "tokens", "turn", "waiters")
+
+    def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None) -> None:
+        self.stream, self.session_key, self.turn, self.attempt, self.abort = stream, session_key, turn, attempt, abort
+        self.text: list[str] = []  # buffered, not yet taken into a round
+        self.tokens = 0
+        self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
+        self.seq = 0  # chunks taken into rounds so far (the next chunk's seq)
+        self.first = True  # no chunk taken yet: the next round is due at once
+        self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
+        self.error: BaseException | None = None  # a round of this turn failed for good
+        self.waiters: list[asyncio.Future] = []  # ``flush`` callers
+
+    def idle(self) -> bool:
+        return not self.tokens and not self.pending
+
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+        self.waiters.clear()
+
+    def settle(self) -> None:
+        """Wake the ``flush`` callers once nothing is buffered or on its way."""
+        if self.idle():
+            for fut in self.waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self.waiters.clear()
+
+
+class ChunkWriter:
+    """The decoder's token-log writer: every turn's chunks, one pipelined round trip per round."""
+
+    def __init__(self, r: aioredis.Redis, n: int, ms: float, outage_s: float = bus.OUTAGE_S,
+                 maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> None:
+        self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
+        self._xadd_opts = ("MAXLEN", "~", maxlen, "*", bus.FIELD)
+        self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, in arrival order
+        self.urgent = False  # a first chunk, a full buffer or a flush is waiting: the next round now
+        self.busy = False  # a round trip is in flight
+        self.last_round = 0.0  # loop time the last round began
+        self.rounds = 0  # round trips that carried chunks (tests, stats)
+        self._kicked = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    def open(self, stream: str, session_key: str, turn: int, attempt: int,
+             abort: AbortCheck | None = None) -> TurnChunks:
+        return TurnChunks(stream, session_key, turn, attempt, abort)
+
+    def add(self, tc: TurnChunks, text: str, n_tokens: int) -> None:
+        """Buffer a delta of ``tc`` for the next round; raises the turn's error if a round failed it."""
+        if tc.error is not None:
+            raise tc.error
+        if not text and not n_tokens:
+            return
+        if not tc.tokens and not tc.text:
+            tc.since = time.time()
+        tc.text.append(text)
+        tc.tokens += n_tokens
+        self.dirty[tc] = None
+        if tc.first or tc.tokens >= self.n:
+            self.urgent = True
+        self._schedule()
+
+    async def flush(self, tc: TurnChunks) -> None:
+        """Until everything ``tc`` added is written; raises the turn's error."""
+        if tc.error is not None:
+            raise tc.error
+        if tc.idle():
+            return
+        fut = asyncio.get_running_loop().create_future()
+        tc.waiters.append(fut)
+        self.urgent = True
+        self._schedule()
+        await fut
+
+    def close(self, tc: TurnChunks) -> None:
+        """Forget ``tc`` (its turn ended or was abandoned): what it still buffered is dropped."""
+        self.dirty.pop(tc, None)
+
+    # ------------------------------------------------------------------ rounds
+    def _schedule(self) -> None:
+        if self.busy or not self.dirty:
+            return
+        loop = asyncio.get_running_loop()
+        if self.urgent or loop.time() >= self.last_round + self.s:
+            if not self._kicked:  # after every callback already queued: the rest of this step's turns
+                self._kicked = True
+                loop.call_soon(self._start)
+        elif self._timer is None:
+            self._timer = loop.call_at(self.last_round + self.s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _start(self) -> None:
+        self._kicked = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.busy or not self.dirty:
+            return
+        self.busy = True
+        task = asyncio.ensure_future(self._round(self._take()))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[tuple[TurnChunks, tuple, bool]]:
+        """Every buffered turn's chunk, encoded; the buffers empty."""
+        now = time.monotonic()
+        self.last_round, self.urgent = asyncio.get_running_loop().time(), False
+        batch = []
+        for tc in self.dirty:
+            data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text="".join(tc.text),
+                                     n_tokens=tc.tokens, t_emit=tc.since))
+            tc.seq, tc.text, tc.tokens, tc.first, tc.pending = tc.seq + 1, [], 0, False, tc.pending + 1
+            batch.append((tc, ("XADD", tc.stream, *self._xadd_opts, data),
+                          tc.abort is not None and tc.abort.due(now)))
+        self.dirty = {}
+        return batch
+
+    async def _round(self, batch: list[tuple[TurnChunks, tuple, bool]]) -> None:
+        try:
+            replies = await bus.through_outage(lambda: self._round_trip(batch), self.outage_s, "decoder chunks")
+        except Exception as exc:  # unreachable past the outage: the round's turns fail and are regenerated
+            for tc, _, _ in batch:
+                tc.pending -= 1
+                tc.fail(exc)
+        else:
+            self._settle(batch, replies)
+        finally:
+            self.busy = False
+            self._schedule()
+
+    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple, bool]]) -> list[Any]:
+        pipe = self.r.pipeline(transaction=False)
+        for tc, xadd, check in batch:
+            pipe.execute_command(*xadd)
+            if check:
+                pipe.execute_command("HMGET", tc.session_key, "status", "turn")
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its nodes
+            raise aioredis.ConnectionError(f"cluster topology changed mid-pipeline ({exc})") from exc
+        self.rounds += 1
+        return replies
+
+    def _settle(self, batch: list[tuple[TurnChunks, tuple, bool]], replies: list[Any]) -> None:
+        it = iter(replies)
+        for tc, _, check in batch:
+            tc.pending -= 1
+            written = next(it)
+            status = next(it) if check else None
+            if isinstance(written, Exception):  # a server's answer to this turn's XADD (not an outage)
+                tc.fail(written)
+                continue
+            if check and not isinstance(status, Exception):
+                self._spawn(tc.abort.apply(*status))  # type: ignore[union-attr]
+            tc.settle()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,12 +1,12 @@
 """One turn attempt on this decoder: the stored conversation in, token-log entries out.
 
-    ParseTurn job + route ──> engine.generate(req) ──> TokenChunk ... (coalesced) ──> TokenEnd
-                                     │                  (first token at once, then every
-                                     └─ TurnStarted      coalesce_tokens or coalesce_ms)
+    ParseTurn job + route ──> engine.generate(req) ──> deltas ──> ChunkWriter ──> TokenChunk ... ──> TokenEnd
+                                     │                   (no await per token: the decoder's one writer sends
+                                     └─ TurnStarted       every turn's chunks of a step in one round trip)
 
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
-continuation is sent) and never builds or parses messages itself.  Between chunks it checks,
-at most every ``AbortCheck.interval_s``, whether the session was cancelled.
+continuation is sent) and never builds or parses messages itself.  The writer checks, at most
+every ``AbortCheck.interval_s``, whether the session was cancelled (``workers.decode.chunks``).
 
 While redis is unreachable (a cluster master failing over, a restart) its writes are retried
 for up to ``bus.OUTAGE_S`` and the turn goes on where it was; a write retried after its reply was
@@ -16,7 +16,6 @@ lost appends the chunk twice, and the parser skips the repeat (same ``seq``).  P
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -27,8 +26,8 @@ from runtime import bus, routing
 from runtime.session import Field, SessionInfo
 from schemas import keys
 from schemas.codec import encode
-from schemas.events import Event, ParseTurn, TokenChunk, TokenEnd, TurnRestarted, TurnStarted
-from workers.decode.chunks import AbortCheck, Coalescer
+from schemas.events import Event, ParseTurn, TokenEnd, TurnRestarted, TurnStarted
+from workers.decode.chunks import AbortCheck, TurnChunks
 from workers.decode.constraints import turn_constraint
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 
@@ -44,9 +43,7 @@ class TurnRun:
     def __init__(self, w: DecodeWorker, info: SessionInfo, turn: int, attempt: int, continuation: bool) -> None:
         self.w, self.info, self.turn, self.attempt, self.continuation = w, info, turn, attempt, continuation
         self.sid = info.sid
-        self.seq = 0  # token chunks written
         self.parts: list[str] = []
-        self.co = Coalescer(w.cfg.coalesce_tokens, w.cfg.coalesce_ms)
         self.last: GenerateDelta | None = None
         self.started = False  # TurnStarted published (with the first delta)
         self.prefill = ""  # the forced start of the turn: it leads the first delta
@@ -57,7 +54,7 @@ class TurnRun:
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
                                    continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
                                    constraint=turn_constraint(self.w.cfg, self.info.tools, self.info.params,
-                                                              self.continuation))
+                                                              self.continuation, self.turn))
         self.prefill = self.req.params.prefill
         await self._announce()
         if self.attempt > 1:
@@ -80,15 +77,18 @@ class TurnRun:
 
     async def _stream(self) -> None:
         gen = self.w.engine.generate(self.req).__aiter__()
-        abort = AbortCheck(self.w.engine, self.req, self.sid, self.turn)
+        chunks = self.w.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
+                                    AbortCheck(self.w.engine, self.req, self.sid, self.turn))
         try:
-            await self._pump(gen, abort)
+            await self._pump(gen, chunks)
+            await self.w.chunks.flush(chunks)
         finally:
+            self.w.chunks.close(chunks)
             await self._abandon(gen)
             with contextlib.suppress(Exception):
                 await gen.aclose()
         last = self.last
-        end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=self.seq, finish_reason=last.finish_reason or "stop",
+        end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=chunks.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(self.parts), stop_sequence=last.stop_sequence)
         self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
@@ -97,36 +97,24 @@ class TurnRun:
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
 
-    async def _pump(self, gen: Any, abort: AbortCheck) -> None:
-        """Move engine deltas into coalesced token-log entries until the engine finishes."""
-        nxt: asyncio.Task | None = None
-        co = self.co
-        try:
-            while self.last is None or not self.last.finished:
-                wait = co.timeout(time.monotonic())
-                if wait is None and nxt is None:  # nothing buffered: just wait for the engine
-                    self._take(await gen.__anext__())
-                else:  # text buffered: wait for the engine, but flush it when it is due
-                    nxt = nxt or asyncio.ensure_future(gen.__anext__())
-                    if (await asyncio.wait({nxt}, timeout=wait))[0]:
-                        self._take(nxt.result())
-                        nxt = None
-                if not self.started and self.last is not None:
-                    await self._turn_started()
-                now = time.monotonic()
-                if co.due(now) or (self.last.finished and co.tokens):
-                    await self._write_chunk(abort, now)
-        finally:
-            if nxt is not None:
-                nxt.cancel()
+    async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
+        """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""
+        add = self.w.chunks.add
+        async for delta in gen:
+            delta = self._take(delta)
+            if not self.started:
+                await self._turn_started()
+            add(chunks, delta.text, delta.n_tokens)
+            if delta.finished:
+                return
 
-    def _take(self, delta: GenerateDelta) -> None:
+    def _take(self, delta: GenerateDelta) -> GenerateDelta:
         self.w.tokens_out += delta.n_tokens
         if self.prefill:  # the turn's text includes the forced prefill the engine continued
             delta, self.prefill = dataclasses.replace(delta, text=self.prefill + delta.text), ""
         self.last = delta
-        self.co.add(delta)
         self.parts.append(delta.text)
+        return delta
 
     async def _turn_started(self) -> None:
         self.started = True
@@ -134,39 +122,13 @@ class TurnRun:
         await self._event(1, TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
                                          worker=self.w.me, continuation=self.continuation))
 
-    async def _write_chunk(self, abort: AbortCheck, now: float) -> None:
-        """XADD one token chunk; every ``interval_s`` also read the session status, both in the shared
-        round trip of every session's chunks (``Batcher``)."""
-        text, n, since = self.co.take(now)
-        chunk = encode(TokenChunk(turn=self.turn, attempt=self.attempt, seq=self.seq, text=text, n_tokens=n,
-                                  t_emit=since))
-        self.seq += 1
-        stream = keys.tokens(self.sid)
-        if not abort.due(now):
-            await self._through(lambda: self.w.batcher.call(lambda pipe: pipe.xadd(
-                stream, {bus.FIELD: chunk}, maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True)))
-            return
-        status, turn = await self._through(lambda: self._write_and_check(stream, chunk))
-        await abort.apply(status, turn)
-
-    async def _write_and_check(self, stream: str, chunk: bytes) -> list:
-        """XADD the chunk and read the session's status and turn, both in the shared round trip."""
-        written = self.w.batcher.submit(lambda pipe: pipe.xadd(stream, {bus.FIELD: chunk},
-                                                               maxlen=bus.TOKEN_STREAM_MAXLEN, approximate=True))
-        status = self.w.batcher.submit(lambda pipe: pipe.hmget(keys.session(self.sid), "status", "turn"))
-        replies = await asyncio.gather(written, status, return_exceptions=True)  # both retrieved, always
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                raise reply
-        return replies[1]
-
     async def _through(self, call: Any) -> Any:
         """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
         return await bus.through_outage(call, bus.OUTAGE_S, f"sid={self.sid} turn={self.turn}")
 
     async def _abandon(self, gen: Any) -> None:
         """If the stream did not finish (redis lost, task cancelled), stop the engine's request."""
-        if self.co.finished:
+        if self.last is not None and self.last.finished:
             return
         with contextlib.suppress(Exception):
             await self.w.engine.abort(self.req.rid)

@@ -24,6 +24,7 @@ from runtime.turns import Turns
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job
 from schemas.events import ContinueTurn, StartTurn, TurnParsed
+from workers.decode.chunks import ChunkWriter
 from workers.decode.engine import Engine
 from workers.decode.errors import RequestTooLarge
 from workers.decode.housekeeping import Housekeeping
@@ -39,7 +40,7 @@ class DecodeWorker:
         self.me = cfg.worker_id or default_worker_id("decode")
         self.turns = Turns(r, cfg.session_ttl_s)
         self.sessions = self.turns.sessions
-        self.batcher = bus.Batcher(r)  # token chunks of all sessions, one round trip per batch
+        self.chunks = ChunkWriter(r, cfg.coalesce_tokens, cfg.coalesce_ms)  # every turn's chunks of a step: one round trip
         self.kv = KvHolds(cfg, engine, r)
         self.housekeeping = Housekeeping(cfg, r, self.me, self.turns)
         reader = bus.GroupReader(r, [keys.DECODE_JOBS, keys.decoder_jobs(self.me)], keys.DECODE_GROUP, self.me,
