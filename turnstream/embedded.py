@@ -83,7 +83,7 @@ class EmbeddedRedis:
         try:
             while time.monotonic() < deadline:
                 if self.proc and self.proc.poll() is not None:
-                    raise EmbeddedServerError(f"server exited with {self.proc.returncode}; see {self.data_dir}/server.log")
+                    raise EmbeddedServerError(f"server exited with {self.proc.returncode}: {self.log_tail()!r}")
                 try:
                     if client.ping():
                         return
@@ -92,6 +92,13 @@ class EmbeddedRedis:
         finally:
             client.close()
         raise EmbeddedServerError(f"server not ready on port {self.port} after {timeout_s}s")
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The last lines of the server's log (why it exited)."""
+        try:
+            return " | ".join((self.data_dir / "server.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: no shutdown, no final write)."""

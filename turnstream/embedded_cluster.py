@@ -8,7 +8,8 @@
 
 Every server dies with us (parent-death signal, as ``turnstream.embedded``).  A short
 ``cluster-node-timeout`` makes a killed master's replica take over within about two timeouts.
-Used by the tests (``tests/cluster_fixtures.py``) and ``turnstream bench load --cluster``.
+``restore`` puts back that layout after a test killed masters or moved slots.
+Used by the tests (``tests/cluster/conftest.py``) and ``turnstream bench load --cluster``.
 """
 
 from __future__ import annotations
@@ -57,14 +58,29 @@ class EmbeddedCluster:
 
     def start(self, timeout_s: float = 60.0) -> "EmbeddedCluster":
         try:
-            for node in self.nodes:
-                node.start()
+            for i in range(len(self.nodes)):
+                self._start_node(i)
             self._form(time.monotonic() + timeout_s)
         except BaseException:
             self.cleanup()
             raise
         log.info("embedded cluster: %d masters, %d replicas each, at %s", self.n_masters, self.n_replicas, self.url)
         return self
+
+    def _start_node(self, i: int, tries: int = 3) -> None:
+        """Start node ``i``; a port taken meanwhile (by any process's outgoing connection: ``free_port``
+        only found it free) is replaced by fresh ones, which is fine before the cluster is formed."""
+        for left in range(tries - 1, -1, -1):
+            try:
+                self.nodes[i].start()
+                return
+            except EmbeddedServerError as exc:
+                if left == 0 or "in use" not in str(exc):
+                    raise
+                log.warning("embedded cluster: node %d: %s; retrying on new ports", i, exc)
+                node, self.bus_ports[i] = self.nodes[i], free_port()
+                node.port = free_port()
+                node.extra_args = (*node.extra_args[:-2], "--cluster-port", str(self.bus_ports[i]))
 
     def _form(self, deadline: float) -> None:
         masters = self.nodes[: self.n_masters]
@@ -107,6 +123,7 @@ class EmbeddedCluster:
         """Migrate ``slot`` and its keys to master ``to`` (clients see MOVED, and ASK meanwhile)."""
         src = next(m for m in self.masters() if any(lo <= slot <= hi for lo, hi in _own_slots(m)))
         src_id, dst_id = _node_id(src), _node_id(to)
+        _until(time.monotonic() + 30, lambda: self._seen_as_masters({dst_id}), "every node to see the target as a master")
         _cmd(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
         _cmd(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
         while ks := _cmd(src, "CLUSTER", "GETKEYSINSLOT", slot, 100):
@@ -117,6 +134,78 @@ class EmbeddedCluster:
     def kill(self, node: EmbeddedRedis) -> None:
         """SIGKILL one node (a crash)."""
         node.kill()
+
+    def restart(self, node: EmbeddedRedis, timeout_s: float = 30.0) -> None:
+        """Start a killed node again as a replica of the node of its group (the nodes whose index is
+        the same modulo ``masters``) that serves the group's slots now.  Left alone it would come back
+        an empty master (``cluster-allow-replica-migration no``) and leave that master without a
+        replica: a later kill of it would lose its slots and their data."""
+        deadline = time.monotonic() + timeout_s
+        node.start()
+        group = [n for k, n in enumerate(self.nodes) if k % self.n_masters == self.nodes.index(node) % self.n_masters]
+
+        def follow() -> bool:
+            owner = next((n for n in group if n is not node and n in self.masters() and _own_slots(n)), None)
+            if owner is None or _role(node) == "slave":
+                return owner is None or _link_up(node)
+            try:  # refused until the node has learnt that its slots moved on
+                _cmd(node, "CLUSTER", "REPLICATE", _node_id(owner))
+            except redis.ResponseError:
+                return False
+            return False
+
+        _until(deadline, follow, "a restarted node to follow its group's master")
+
+    def restore(self, timeout_s: float = 60.0) -> None:
+        """Back to the layout ``start`` made, whatever a test did to it: every dead node started again,
+        every original master (a killed one rejoins as its replica's replica) made master again by a
+        ``CLUSTER FAILOVER`` on it, every slot moved back to its original master; then checks every node
+        sees that layout (``layout_ok``)."""
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            if node not in self.live():
+                self.restart(node)
+        self.wait_healthy(deadline - time.monotonic())
+        for master in self.nodes[: self.n_masters]:
+            if _role(master) != "master":
+                _until(deadline, lambda m=master: _link_up(m), "a restarted master to sync")
+                _cmd(master, "CLUSTER", "FAILOVER")
+                _until(deadline, lambda m=master: _role(m) == "master", "a failover back to the original master")
+        originals = {_node_id(m) for m in self.nodes[: self.n_masters]}
+        _until(deadline, lambda: self._seen_as_masters(originals), "every node to see the original masters")
+        self.wait_healthy(deadline - time.monotonic())
+        for master, (lo, hi) in zip(self.nodes[: self.n_masters], slot_ranges(self.n_masters), strict=True):
+            owned = {s for a, b in _own_slots(master) for s in range(a, b + 1)}
+            for slot in sorted(set(range(lo, hi + 1)) - owned):
+                self.move_slot(slot, master)
+        _until(deadline, self.layout_ok, "the original layout on every node")
+        self.wait_healthy(deadline - time.monotonic())
+
+    def _seen_as_masters(self, ids: set[str]) -> bool:
+        """Whether every live node sees the nodes ``ids`` as masters (after a failover, gossip takes a
+        moment; a slot can be given only to a node every node knows as a master)."""
+        return all(ids <= {f[0] for f in _nodes(n) if "master" in f[2]} for n in self.live())
+
+    def layout_ok(self) -> bool:
+        """Whether every node is up and every node sees the layout ``start`` made: master i owns slot
+        range i, and replica r follows master r mod masters."""
+        if len(self.live()) != len(self.nodes):
+            return False
+        ids = [_node_id(n) for n in self.nodes]
+        ranges = slot_ranges(self.n_masters)
+        for viewer in self.nodes:
+            seen = {f[0]: f for f in _nodes(viewer)}
+            for i, node_id in enumerate(ids):
+                f = seen.get(node_id)
+                if f is None or "fail" in f[2].split(",") or "fail?" in f[2]:
+                    return False
+                if i < self.n_masters:
+                    lo, hi = ranges[i]
+                    if "master" not in f[2] or f[8:] != [f"{lo}-{hi}"]:
+                        return False
+                elif "slave" not in f[2] or f[3] != ids[(i - self.n_masters) % self.n_masters]:
+                    return False
+        return True
 
     def cleanup(self) -> None:
         for node in self.nodes:

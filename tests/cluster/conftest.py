@@ -1,7 +1,10 @@
 """Cluster fixtures: a real Valkey Cluster (3 masters, 3 replicas) per test module, and the stack on it.
 
 The tool queues (arq) run on the shared plain embedded server (``queue_url``): the deployment
-the README recommends.  Each test starts on flushed masters.
+the README recommends.  Each test starts on flushed masters, and leaves the cluster as it found
+it: after each test, dead nodes are restarted, the original masters take their slots back and
+every node is checked to see that layout (``EmbeddedCluster.restore``), so that a test killing
+masters or moving slots cannot leave the next one an orphaned master or a failed slot range.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from turnstream.embedded_cluster import EmbeddedCluster
 def valkey_cluster() -> Iterator[EmbeddedCluster]:
     with EmbeddedCluster(masters=3, replicas=1, node_timeout_ms=1000) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def cluster_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Torn down after every other fixture of the test (its stacks stopped): put the layout back."""
+    yield
+    if "valkey_cluster" in request.fixturenames:
+        request.getfixturevalue("valkey_cluster").restore()
 
 
 @pytest.fixture

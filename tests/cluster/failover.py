@@ -91,13 +91,16 @@ async def run_failover(stack, cluster, sessions: int, kills: int, start_over_s: 
     async with asyncio.timeout(timeout_s):
         for _ in range(kills):
             master, victims = await _victim(cluster, clients)
+            if not await asyncio.to_thread(cluster.replicas_of, master):  # its slots and sessions would be lost
+                raise AssertionError(f"master {master.port} has no replica to take over: the cluster was left "
+                                     "degraded (a node killed and not restarted)")
             kill = Kill(time.time(), master.port, victims)
             verdict.kills.append(kill)
             cluster.kill(master)
             await asyncio.to_thread(cluster.wait_healthy)  # its replica took over
             kill.healthy_s = time.time() - kill.at
             if restart:
-                await asyncio.to_thread(master.start)  # rejoins as a replica of the new master
+                await asyncio.to_thread(cluster.restart, master)  # rejoins as a replica of the new master
                 await asyncio.to_thread(cluster.wait_healthy)
         await run
     for kill in verdict.kills:
