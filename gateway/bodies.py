@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import jinja2
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from gateway import tool_schemas
@@ -152,6 +152,26 @@ class JsonSchemaFormat(BaseModel):
     _schema = field_validator("schema_")(_check_schema)
 
 
+class StructuredOutputs(BaseModel):
+    """vLLM's ``structured_outputs`` extension: the turn's whole text held to a grammar the client wrote
+    (``grammar``: Lark in llguidance's dialect, ``<[id]>`` for a token id; or ``regex``).  It replaces the
+    grammar turnstream builds from ``tool_choice``/``response_format``; the parser still reads the text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grammar: str | None = Field(default=None, max_length=1_000_000)
+    regex: str | None = Field(default=None, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _one(self) -> "StructuredOutputs":
+        if (self.grammar is None) == (self.regex is None):
+            raise ValueError("give exactly one of grammar, regex")
+        return self
+
+    def as_dict(self) -> dict[str, str]:
+        return self.model_dump(exclude_none=True)
+
+
 class ResponseFormat(BaseModel):
     """``text``, ``json_object`` or ``json_schema`` (the answer is held to the schema by the decoder's grammar)."""
 
@@ -201,6 +221,8 @@ class CreateSession(BaseModel):
     # held by the decoder's grammar; required/named bind each turn that answers a user message
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+    # per turn (item i holds turn i; later turns are free) or one for every turn
+    structured_outputs: StructuredOutputs | Annotated[list[StructuredOutputs], Field(max_length=256)] | None = None
     replay: Replay = None
 
     _replay = field_validator("replay")(_check_replay)
@@ -269,6 +291,7 @@ class ChatRequest(BaseModel):
     n: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
     response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None  # vLLM's extension (extra_body)
     user: str | None = None
     replay: Replay = None
 

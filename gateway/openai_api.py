@@ -111,7 +111,8 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     params = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
               "stop": stop, "tool_choice": choice, "parallel_tool_calls": body.parallel_tool_calls,
-              "response_format": body.response_format.model_dump(exclude_none=True) if body.response_format else None}
+              "response_format": body.response_format.model_dump(exclude_none=True) if body.response_format else None,
+              "structured_outputs": body.structured_outputs.as_dict() if body.structured_outputs else None}
     return ChatPlan([m.as_dict() for m in body.messages], rendered, {k: v for k, v in params.items() if v is not None},
                     {"replay": body.replay} if body.replay else {}, named, offer)
 

@@ -59,7 +59,10 @@ def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
     if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
         raise ApiError(400, f"response_format: type {fmt['type'][:40]!r} is not supported by this server",
                        param="response_format", code="unsupported_value")
-    return {k: v for k, v in {"tool_choice": choice, "response_format": fmt}.items() if v is not None}
+    so = body.structured_outputs
+    so = [x.as_dict() for x in so] if isinstance(so, list) else so.as_dict() if so else None
+    return {k: v for k, v in {"tool_choice": choice, "response_format": fmt, "structured_outputs": so}.items()
+            if v is not None}
 
 
 def _openapi_links(status: int, *targets: str, after: bool = False) -> dict[int, dict[str, Any]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workers.decode.constraints import ConstraintError, constraint_for
+from runtime.config import load_config
+from workers.decode.constraints import ConstraintError, constraint_for, turn_constraint
 from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.native.masks import allocate_bitmask, apply_masks
 from workers.decode.synthetic import build_tokenizer
@@ -52,3 +53,13 @@ def test_grammars_are_cached_per_constraint(compiler) -> None:
     tools = [{"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}]
     c = constraint_for("hermes", None, tools, {})
     assert compiler.grammar(c) is compiler.grammar(constraint_for("hermes", None, tools, {}))
+
+
+def test_a_client_grammar_of_token_ids_admits_exactly_those_tokens(compiler) -> None:
+    tok = build_tokenizer(512)
+    ids = tok.encode('<tool_call>\n{"name": "f"}\n</tool_call>').ids
+    c = turn_constraint(load_config(), [], {"structured_outputs": {"grammar": "start: " + " ".join(
+        f"<[{i}]>" for i in ids) + "\n"}}, continuation=False)
+    assert compiler.violation(c, ids) is None
+    assert compiler.violation(c, ids[:-1]) is not None  # must go on to the end
+    assert compiler.violation(c, [ids[1], ids[0], *ids[2:]]) is not None  # that order, nothing else

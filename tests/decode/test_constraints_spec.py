@@ -80,3 +80,15 @@ def test_required_binds_the_turn_that_answers_the_user_not_the_continuations() -
     assert turn_constraint(cfg, TOOLS, {"tool_choice": "required"}, continuation=False).calls is Calls.REQUIRED
     assert turn_constraint(cfg, TOOLS, {"tool_choice": "required"}, continuation=True).calls is Calls.ALLOWED
     assert turn_constraint(cfg, TOOLS, {"tool_choice": "none"}, continuation=True).calls is Calls.FORBIDDEN
+
+
+def test_a_clients_structured_outputs_replace_the_grammar_turn_by_turn() -> None:
+    cfg = load_config(grammar_auto="off")
+    per_turn = {"structured_outputs": [{"grammar": "start: \"a\"\n"}, {"regex": "b/c"}], "tool_choice": "required"}
+    first = turn_constraint(cfg, TOOLS, per_turn, continuation=False, turn=0)
+    assert (first.grammar, first.calls) == ("start: \"a\"\n", Calls.ALLOWED)  # the client's grammar wins
+    assert turn_constraint(cfg, TOOLS, per_turn, continuation=True, turn=1).grammar == "start: /b\\/c/\n"
+    assert turn_constraint(cfg, TOOLS, per_turn, continuation=True, turn=2) is None  # past the list: as before
+    every = {"structured_outputs": {"regex": "x+"}}
+    assert turn_constraint(cfg, [], every, continuation=True, turn=7).grammar == "start: /x+/\n"
+    assert first.key() != turn_constraint(cfg, TOOLS, per_turn, continuation=True, turn=1).key()

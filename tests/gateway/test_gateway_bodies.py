@@ -113,3 +113,19 @@ def test_schemas_that_break_the_checker_are_a_400_on_every_route(http: httpx.Cli
         resp = http.post("/v1/messages", json={"model": MODEL, "max_tokens": 16, "messages": USER, "tools": [
             {"name": "f", "input_schema": parameters}]})
         assert resp.status_code == 400, resp.text
+
+
+def test_structured_outputs_are_one_grammar_or_regex_per_request_or_per_turn(http: httpx.Client) -> None:
+    chat = ChatRequest.model_validate({"model": MODEL, "messages": USER, "structured_outputs": {"regex": "a+"}})
+    assert chat.structured_outputs.as_dict() == {"regex": "a+"}
+    turns = CreateSession.model_validate({"messages": USER, "structured_outputs": [{"grammar": "start: \"x\""},
+                                                                                    {"regex": "y"}]})
+    assert [s.as_dict() for s in turns.structured_outputs] == [{"grammar": "start: \"x\""}, {"regex": "y"}]
+    one = CreateSession.model_validate({"messages": USER, "structured_outputs": {"regex": "a"}})
+    assert one.structured_outputs.as_dict() == {"regex": "a"}  # one object: every turn
+    r = http.post("/v1/sessions", json={"messages": USER, "structured_outputs": [{"regex": "a"}] * 257})
+    assert r.status_code == 400, r.text
+    for bad in ({"grammar": "start: \"x\"", "regex": "x"}, {}, {"json": {}}):
+        r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "structured_outputs": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert "structured_outputs" in r.json()["error"]["param"]

@@ -26,6 +26,8 @@ _SAFE = "SAFE: " + ANY + r" & ~/(.|\n)*({})(.|\n)*/"
 
 def to_lark(c: Constraint, added: dict[str, int]) -> str:
     """The grammar of ``c`` for a tokenizer whose added tokens are ``added`` (text -> id)."""
+    if c.grammar is not None:
+        return c.grammar
     p = Pieces(added)
     if c.format == "harmony":
         return _harmony(c, p)

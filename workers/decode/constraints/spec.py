@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,20 +59,26 @@ class Constraint:
     reasoning: str | None = None  # None | "think" | "think_forced"
     answer_schema: dict[str, Any] | None = None  # response_format: the answer text is JSON of this schema
     parallel: bool = True  # more than one call per turn
+    grammar: str | None = None  # the client's own Lark grammar (``structured_outputs``): the whole turn
 
     def key(self) -> str:
         """A stable text identity (compiled grammars are cached by it)."""
         tools = [[t.name, t.parameters, t.strict] for t in self.tools]
-        return json.dumps([self.format, self.calls.value, tools, self.reasoning, self.answer_schema, self.parallel],
-                          sort_keys=True)
+        return json.dumps([self.format, self.calls.value, tools, self.reasoning, self.answer_schema, self.parallel,
+                           self.grammar], sort_keys=True)
 
 
 def turn_constraint(cfg: Any, tools: list[dict[str, Any]] | None, params: dict[str, Any] | None,
-                    continuation: bool) -> Constraint | None:
+                    continuation: bool, turn: int = 0) -> Constraint | None:
     """The constraint of a session's turn under the process config (``tool_format``, ``reasoning``,
     ``grammar_auto``).  ``required`` and named choices bind the turn that answers the user; the
-    turns that continue after tool results are ``auto`` (else a session loop could never answer)."""
+    turns that continue after tool results are ``auto`` (else a session loop could never answer).
+    A client's ``structured_outputs`` for this turn replaces all of that with its own grammar."""
     params = dict(params or {})
+    grammar = client_grammar(params.get("structured_outputs"), turn)
+    if grammar is not None:
+        specs = tuple(tool_spec(t) for t in tools or ())
+        return Constraint(cfg.tool_format, Calls.ALLOWED, specs, cfg.reasoning or None, grammar=grammar)
     if continuation and normalize_choice(params.get("tool_choice")) != "none":
         params["tool_choice"] = "auto"
     return constraint_for(cfg.tool_format, cfg.reasoning or None, tools, params, cfg.grammar_auto != "off",
@@ -106,6 +113,18 @@ def constraint_for(fmt: str, reasoning: str | None, tools: list[dict[str, Any]] 
             if not specs:
                 raise ConstraintError(f"tool_choice: function {choice['name']!r} is not among the tools")
     return Constraint(fmt, calls, specs, reasoning or None, answer, parallel)
+
+
+def client_grammar(outputs: dict[str, str] | list[dict[str, str]] | None, turn: int) -> str | None:
+    """The Lark text of ``structured_outputs`` for ``turn`` (a list holds one per turn, a dict every
+    turn; None past the list's end): ``grammar`` as given, ``regex`` as the one rule of a grammar."""
+    if isinstance(outputs, list):
+        outputs = outputs[turn] if turn < len(outputs) else None
+    if not outputs:
+        return None
+    if "grammar" in outputs:
+        return outputs["grammar"]
+    return "start: /" + re.sub(r"(?<!\\)/", r"\\/", outputs["regex"]) + "/\n"
 
 
 def normalize_choice(choice: Any) -> str | dict[str, str]:
