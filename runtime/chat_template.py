@@ -155,10 +155,26 @@ class TextStream:
 
 
 def _plain(message: dict[str, Any]) -> dict[str, Any]:
-    """The message as the template should see it: assistant turns with ``raw`` become that text."""
+    """The message as the template should see it: assistant turns with ``raw`` become that text, and a
+    call's ``arguments`` sent as a JSON string (as OpenAI clients send them) become the object, which is
+    what chat templates render (``tool_call.arguments | tojson``) and what the model wrote, as vLLM does."""
     if message.get("role") == "assistant" and message.get("raw") is not None:
         return {"role": "assistant", "content": message["raw"]}
-    return {k: v for k, v in message.items() if k != "raw"}
+    plain = {k: v for k, v in message.items() if k != "raw"}
+    if plain.get("tool_calls"):
+        plain["tool_calls"] = [_call_object(c) for c in plain["tool_calls"]]
+    return plain
+
+
+def _call_object(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = json.loads(fn["arguments"])
+    except ValueError:
+        return call  # not JSON: rendered as sent
+    return {**call, "function": {**fn, "arguments": args}} if isinstance(args, dict) else call
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
