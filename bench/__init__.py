@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("parser", "engine", "serve", "dispatch", "overlap", "load", "routing", "reads", "grammar",
+BENCHES = ("parser", "engine", "serve", "agent", "dispatch", "overlap", "load", "routing", "reads", "grammar",
            "grammar_libs")
 
 

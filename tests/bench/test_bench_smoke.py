@@ -1,7 +1,7 @@
 """Every ``turnstream bench NAME`` runs at a smoke size, exits 0 and validates its own scenario; a
 deliberately broken scenario exits 1.  Never a timing: the figures of a smoke run mean nothing.
 
-The vLLM sides of ``engine`` and ``serve`` run in ``test_bench_vllm_smoke.py`` (``make test-vllm``).
+The vLLM sides of ``engine``, ``serve`` and ``agent`` run in ``test_bench_vllm_smoke.py`` (``make test-vllm``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ SMOKE = {
     "engine": ["--contexts", "64", "--batches", "1,2", "--new-tokens", "4", "--repeats", "1", "--vllm", "off"],
     "serve": ["--servers", "turnstream-native", "--concurrency", "1,2", "--requests", "1", "--rounds", "1",
               "--max-tokens", "8"],
+    "agent": ["--small", "--tasks", "2", "--min-tasks", "1", "--concurrency", "1,2", "--memory", "tight",
+              "--sides", "turnstream-native"],
     "dispatch": ["--calls", "4", "--rate", "50", "--burst", "2", "--bursts", "2", "--workers", "1"],
     "overlap": ["--rate", "200", "--calls", "2", "--tool-seconds", "0.3", "--decode-seconds", "0.6",
                 "--sessions", "1"],
@@ -36,7 +38,7 @@ def test_every_benchmark_has_a_smoke_size() -> None:
     assert set(SMOKE) == set(BENCHES)
 
 
-@pytest.mark.parametrize("name", list(SMOKE))
+@pytest.mark.parametrize("name", [n for n in SMOKE if n != "agent"])  # agent: below, with its own checks
 def test_benchmark_runs_its_scenario(name: str, tmp_path: Path) -> None:
     assert_valid(run_bench(name, tmp_path, *SMOKE[name]), name)
 
@@ -53,3 +55,13 @@ def test_serve_without_any_server_it_can_run_is_void(tmp_path: Path) -> None:
     run = run_bench("serve", tmp_path, "--servers", "vllm-server", "--vllm-venv", str(tmp_path / "none"),
                     "--concurrency", "1", "--requests", "1", "--rounds", "1")
     assert run.rc == 1 and "skipping vllm-server" in run.output and "no server could be run" in run.output
+
+
+def test_agent_checks_what_every_side_did_and_prints_the_headline(tmp_path: Path) -> None:
+    run = run_bench("agent", tmp_path, *SMOKE["agent"], "--vllm-venv", str(tmp_path / "none"))
+    data = assert_valid(run, "agent")
+    figures = data["results"]["tight"]["turnstream-native"]["2"]  # JSON keys
+    assert figures["tasks"] == 2 and figures["completion_tokens_per_task"] > 0 and figures["dispatch_p50_ms"] >= 0
+    headline = [line for line in run.output.splitlines() if line.startswith("agent: at concurrency 4")]
+    assert len(headline) == 1 and "task p50 n/a" in headline[0]  # no vLLM side: no ratio
+    assert (tmp_path / "agent-trace.json").exists()

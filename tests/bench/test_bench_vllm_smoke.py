@@ -1,4 +1,4 @@
-"""The vLLM sides of ``bench engine`` and ``bench serve`` run at a smoke size and validate their scenario
+"""The vLLM sides of ``bench engine``, ``bench serve`` and ``bench agent`` run at a smoke size and validate their scenario
 (``make test-vllm``: this module runs in ``.venv-vllm``).  Never a timing."""
 
 from __future__ import annotations
@@ -33,3 +33,16 @@ def test_serve_bench_runs_vllms_server_turnstream_on_vllm_and_native(tmp_path: P
     assert all(s["2"]["tokens"] > 0 and s["2"]["cpu_ms_per_token"] > 0 for s in data["summary"].values())  # JSON keys
     # every level started with the others quiet, and what they used meanwhile is reported
     assert all(0 <= lvl["background_cores"] < 2 for s in data["summary"].values() for lvl in s.values())
+
+
+def test_agent_bench_runs_all_five_sides_on_the_same_tokens(tmp_path: Path) -> None:
+    """vLLM's server with both client loops, turnstream on vLLM (sessions and chat completions) and on
+    the native engine make the trace's calls with the same tokens per turn, in tight memory."""
+    run = run_bench("agent", tmp_path, "--small", "--tasks", "2", "--min-tasks", "2", "--concurrency", "2",
+                    "--memory", "tight", timeout_s=1700)
+    data = assert_valid(run, "agent")
+    sides = data["results"]["tight"]
+    assert set(sides) == {"vllm-client", "vllm-client-early", "turnstream-vllm", "turnstream-native",
+                          "turnstream-vllm-chat"}
+    assert len({s["2"]["completion_tokens_per_task"] for s in sides.values()}) == 1  # the same work everywhere
+    assert any(line.startswith("agent: at concurrency 4, task p50 n/a") for line in run.output.splitlines())
