@@ -29,7 +29,7 @@ from runtime.barrier import Barrier
 from runtime.session import Field, SessionInfo, SessionMode, Sessions, Status
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, encode
-from schemas.events import ErrorEvent, Event, SessionEnded
+from schemas.events import ContinueTurn, ErrorEvent, Event, SessionEnded
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,10 @@ class Turns:
             job = decode_job(entry.data)
         except UndecodableEntry:
             return  # no session to tell
-        turn = getattr(job, "turn", 0)
+        # a continuation job names the turn it continues; what failed is the turn it was to generate,
+        # which its decoder may already have claimed (the session's ``turn``): a client that subscribed
+        # since waits for that turn's ``session.ended``
+        turn = job.turn + 1 if isinstance(job, ContinueTurn) else getattr(job, "turn", 0)
         ev = Event(sid=job.sid, turn=turn, attempt=0, seq=0, src="error", ts=time.time(),
                    body=ErrorEvent(message=message[:2000], code=code))
         await self.sessions.publish_once(job.sid, turn, Field.error(turn), [(0, encode(ev))], bus.EVENT_STREAM_MAXLEN)

@@ -15,9 +15,12 @@ import json
 import tempfile
 from pathlib import Path
 
+from runtime import bus
 from runtime.session import SessionMode, Sessions
 from runtime.turns import Turns
 from schemas import keys
+from schemas.codec import decode_event, encode
+from schemas.events import ContinueTurn
 from tests.stack_helpers import ended, of, server_tools, start_session, wait_for
 
 TOOLS_TOML = """
@@ -97,3 +100,18 @@ async def test_nothing_is_published_after_a_cancel_while_a_tool_runs(stack_facto
     assert of(bodies, "ToolResult") == []  # ...which no client ever sees
     conv = await Sessions(r).messages("c")  # the cancelled call has no result: it is not in the conversation
     assert [m["role"] for m in conv] == ["user", "assistant"] and "tool_calls" not in conv[1]
+
+
+async def test_a_refused_continuation_ends_the_session_at_the_turn_it_was_to_generate(r) -> None:
+    """The decoder claims turn 1 (the session's ``turn`` becomes 1) and then refuses its
+    continuation job (the prompt outgrew the context): a client subscribed since waits for a
+    ``session.ended`` of turn >= 1, so the error and the ending are turn 1's, not turn 0's."""
+    sessions = Sessions(r)
+    await sessions.create("grown", [{"role": "user", "content": "hi"}])
+    await sessions.claim_turn("grown", 1, "decode-a")
+    job = bus.Entry(keys.DECODE_JOBS, "1-0", encode(ContinueTurn(sid="grown", turn=0)))
+    await Turns(r).fail(job, "prompt of 202 tokens; this engine fits at most 159", code="context_length_exceeded")
+    events = [decode_event(f[bus.FIELD]) for _, f in await r.xrange(keys.events("grown"))]
+    assert [(type(e.body).__name__, e.turn) for e in events] == [("ErrorEvent", 1), ("SessionEnded", 1)]
+    assert events[0].body.code == "context_length_exceeded" and events[1].body.reason == "error"
+    assert (await sessions.get("grown")).status == "ended"
