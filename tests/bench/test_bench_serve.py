@@ -39,10 +39,18 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
 
 
 def _burner(tmp_path, seconds: float) -> Server:
-    """A server whose tree burns ``seconds`` of CPU, then sleeps (as vLLM's engine spins after a request)."""
-    burn = f"import time\nwhile time.process_time() < {seconds}: pass\ntime.sleep(60)"
+    """A server whose tree burns ``seconds`` of CPU, then sleeps (as vLLM's engine spins after a request).
+    Returned once the burn has begun: an interpreter still starting (slow on a loaded machine, and
+    mostly waiting on the disk) is quiet, and ``settle`` would rightly return before the burn."""
+    started = tmp_path / "burning"
+    burn = (f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+            f"while time.process_time() < {seconds}: pass\ntime.sleep(60)")
     server = Server("burner", [sys.executable, "-c", burn], dict(os.environ))
     server.start(tmp_path / "burner.log")
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline and server.proc.poll() is None, "the burner never started"
+        time.sleep(0.01)
     return server
 
 
