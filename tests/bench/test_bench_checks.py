@@ -37,11 +37,14 @@ def test_decode_runs_must_generate_every_token_asked_for() -> None:
                                      "transformers batch 2 run 0: timed False, expected True"]
 
 
-def test_continuation_ttft_must_reuse_the_pin_and_recompute_without_it() -> None:
-    row = {"context": 256, "kept_prefill": 47, "kept_prompt": 325, "kept_cached": 278, "evicted_prefill": 327,
+def test_continuation_ttft_must_reuse_the_pin_or_the_host_tier_and_recompute_without_them() -> None:
+    row = {"context": 256, "kept_prefill": 47, "kept_prompt": 325, "kept_cached": 278, "restored_prefill": 53,
+           "restored_prompt": 325, "restored_cached": 272, "restored_blocks": 17, "evicted_prefill": 327,
            "evicted_prompt": 327}
     assert check_ttft([row]) == []
     assert len(check_ttft([{**row, "kept_prefill": 325, "kept_cached": 0}])) == 1  # the pin was not used
+    assert len(check_ttft([{**row, "restored_prefill": 325, "restored_cached": 0}])) == 1  # nor the host tier
+    assert len(check_ttft([{**row, "restored_blocks": 0}])) == 1  # the device kept the blocks: nothing restored
     assert len(check_ttft([{**row, "evicted_prefill": 40}])) == 1  # the "evicted" run still hit the cache
 
 

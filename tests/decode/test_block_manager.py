@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from workers.decode.native.block_manager import BlockManager, chain_hash
 from workers.decode.engine import SamplingParams
 from workers.decode.errors import BlockIntegrityError, NoFreeBlocks
+from workers.decode.native.host_tier import HostTier
 from workers.decode.native.sequence import Sequence
 
 BS = 4
@@ -25,12 +26,23 @@ def _seq(tokens: list[int], rid: str = "r", session: str = "s") -> Sequence:
 
 
 class Shadow:
-    """What KV each slot holds: the token prefix ending at that position."""
+    """What KV each slot holds: the token prefix ending at that position (device blocks and host slots)."""
 
     def __init__(self) -> None:
         self.kv: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.host: dict[tuple[int, int], tuple[int, ...] | None] = {}
+
+    def sync(self, bm: BlockManager) -> None:
+        """Perform the copies the block manager queued, in its order, as the model runner does."""
+        for out, src, dst in bm.take_copies():
+            for off in range(BS):
+                if out:
+                    self.host[(dst, off)] = self.kv.get((src, off))
+                else:
+                    self.kv[(dst, off)] = self.host.get((src, off))
 
     def compute(self, bm: BlockManager, seq: Sequence, n: int) -> None:
+        self.sync(bm)  # the runner copies before the forward pass writes
         for p in range(seq.num_computed_tokens, seq.num_computed_tokens + n):
             self.kv[(seq.block_table[p // BS], p % BS)] = tuple(seq.token_ids[:p + 1])
         seq.num_computed_tokens += n
@@ -45,6 +57,72 @@ def _admit(bm: BlockManager, seq: Sequence, donor: Sequence | None = None) -> No
     plan = bm.plan(seq, donor)
     assert bm.can_allocate(plan)
     bm.allocate(seq, plan, donor)
+
+
+def test_evicted_blocks_go_to_the_host_tier_and_come_back_in_order() -> None:
+    bm, shadow = BlockManager(4, BS, HostTier(4)), Shadow()
+    a = _seq(list(range(13)))
+    _admit(bm, a)
+    shadow.compute(bm, a, 12)  # 3 full blocks published
+    bm.deallocate(a)
+    filler = _seq([50] * 13)  # needs 4 blocks: the empty one, then a's 3 cached blocks, tail first
+    _admit(bm, filler)
+    assert [c.out for c in bm.copies] == [True] * 3 and bm.offloaded_blocks == 3
+    shadow.compute(bm, filler, 13)
+    bm.deallocate(filler)
+    b = _seq(list(range(13)) + [7, 7])
+    plan = bm.plan(b)
+    assert (plan.hits, len(plan.restores), plan.num_cached_tokens) == ((), 3, 12)
+    _admit(bm, b)  # takes filler's cached blocks (they go out first) and copies a's back into them
+    copies = bm.copies[:]
+    restored = [c for c in copies if not c.out]
+    assert len(restored) == 3 and [c.dst for c in restored] == b.block_table[:3]
+    for c in restored:  # every block a restore writes was copied out before, never after
+        assert not any(o.out and o.src == c.dst for o in copies[copies.index(c):])
+    shadow.sync(bm)
+    shadow.check(b)
+    assert b.num_computed_tokens == 12 and bm.restored_blocks == 3
+    bm.check_integrity([b.block_table])
+    assert bm.plan(_seq(list(range(13)))).hits == tuple(b.block_table[:3])  # registered on the device again
+    assert bm.reset_prefix_cache() >= 0 and len(bm.host) == 0
+
+
+def test_a_restore_into_a_full_host_tier_keeps_its_slot_until_the_copy_back_is_queued() -> None:
+    """The device block a restore takes evicts another block, whose copy out needs a host slot:
+    it must not get the slot being restored from (that copy would run first and overwrite it)."""
+    bm, shadow = BlockManager(4, BS, HostTier(2)), Shadow()
+    a = _seq(list(range(8)) + [99])
+    _admit(bm, a)
+    shadow.compute(bm, a, 8)
+    bm.deallocate(a)
+    crowd = _seq([100] * 16)  # a's two blocks to the host tier, which is now full
+    _admit(bm, crowd)
+    bm.deallocate(crowd)
+    d = _seq([50 + i for i in range(8)] + [98])
+    _admit(bm, d)
+    shadow.compute(bm, d, 8)
+    bm.deallocate(d)  # two evictable blocks on the device
+    live = _seq([200] * 8)
+    _admit(bm, live)  # the empty blocks are gone: the next block taken evicts one of d's
+    b = _seq(list(range(4)) + [97])
+    plan = bm.plan(b)
+    assert len(plan.restores) == 1 and bm.can_allocate(plan)
+    bm.allocate(b, plan)
+    shadow.sync(bm)
+    shadow.check(b)  # a's first block, not d's
+    bm.check_integrity([live.block_table, b.block_table])
+
+
+def test_a_host_tier_full_evicts_its_least_recently_used() -> None:
+    host = HostTier(2)
+    assert (host.store(1, (1,)), host.store(2, (2,))) == (0, 1)
+    assert host.store(1, (1,)) is None  # here already: refreshed, no copy
+    assert host.store(3, (3,)) == 1 and not host.lookup(2, [2]) and host.lookup(1, [1])
+    assert not host.lookup(1, [9])  # a hash collision is no hit
+    host.check_integrity()
+    host.free.append(0)
+    with pytest.raises(BlockIntegrityError):
+        host.check_integrity()
 
 
 def test_full_blocks_are_reused_and_the_last_token_is_always_computed() -> None:
@@ -146,6 +224,7 @@ class BlockMachine(RuleBasedStateMachine):
         if not self.bm.can_allocate(plan):
             return
         self.bm.allocate(seq, plan, donor)
+        self.shadow.sync(self.bm)
         self.shadow.check(seq)
         if donor is not None:
             self.parked.remove(donor)
@@ -209,6 +288,7 @@ class BlockMachine(RuleBasedStateMachine):
     @invariant()
     def consistent(self) -> None:
         self.bm.check_integrity(self._tables())
+        self.shadow.sync(self.bm)
         for seq in self.live + self.parked:
             self.shadow.check(seq)
 
@@ -216,3 +296,26 @@ class BlockMachine(RuleBasedStateMachine):
 TestBlockMachine = BlockMachine.TestCase
 TestBlockMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
                                      suppress_health_check=[HealthCheck.too_slow])
+
+
+class HostBlockMachine(BlockMachine):
+    """The same, over a host tier smaller than the pool: evicted blocks come back with their own KV."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bm = BlockManager(12, BS, HostTier(6))
+
+    @rule()
+    def crowd_out(self) -> None:
+        """A sequence as large as the free pool passes through: every cached block goes to the host tier."""
+        if not self.bm.num_free:
+            return
+        self.n += 1
+        crowd = _seq([100 + self.n] * (self.bm.num_free * BS), rid=f"crowd{self.n}")
+        _admit(self.bm, crowd)
+        self.bm.deallocate(crowd)
+
+
+TestHostBlockMachine = HostBlockMachine.TestCase
+TestHostBlockMachine.settings = settings(max_examples=80, stateful_step_count=60, deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow])

@@ -68,6 +68,32 @@ def test_pinned_continuation_computes_only_new_tokens_and_a_lost_pin_recomputes_
     assert results["pinned"] == results["lost"]
 
 
+def test_a_pin_lost_to_memory_pressure_comes_back_from_the_host_tier_with_the_same_tokens() -> None:
+    """The session's pin goes, other sessions crowd its blocks out of a small pool: with a host tier
+    the continuation copies them back (the device holds exactly the KV it had) and generates the
+    tokens a kept pin gives; without one it recomputes them."""
+    results, cached = {}, {}
+    for case in ("pinned", "host tier", "recomputed"):
+        core = make_core(num_blocks=128, pin_max_share=0.9, host_kv_blocks=0 if case == "recomputed" else 256)
+        first, deltas, _ = _turn(core, "t1", "s", HISTORY)
+        full = (first.num_tokens - 1) // 4 * 4  # the partial last block is not hashed: it is recomputed
+        if case != "pinned":
+            core.release("s")
+            for i in range(2):  # each about as large as the pool
+                _turn(core, f"f{i}", f"f{i}", [{"role": "user", "content": f"crowd {i} " * 60}], tools=None)
+                core.release(f"f{i}")
+        history = continue_with_tool(HISTORY, text_of(deltas))
+        second, deltas2, computed = _turn(core, "t2", "s", history, continuation=True)
+        stats = core.stats()
+        if case == "host tier":
+            assert stats["host_offloaded_blocks"] > 0 and stats["host_restored_blocks"] * 4 <= full
+            assert deltas2[0].cached_tokens == full and computed == second.num_prompt_tokens - full
+        cached[case] = deltas2[0].cached_tokens
+        results[case] = second.completion_token_ids
+    assert cached["recomputed"] < cached["host tier"] <= cached["pinned"]
+    assert results["pinned"] == results["host tier"] == results["recomputed"]
+
+
 def test_pins_expire_into_ordinary_cached_blocks() -> None:
     clock = FakeClock()
     core = make_core(clock=clock)

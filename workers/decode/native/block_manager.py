@@ -11,6 +11,14 @@ hash of the block before it, so equal hashes mean equal prefixes; a hit also com
 block's own token ids.  Freed blocks keep their hash and stay reusable until evicted.
 Mutations come in check-then-commit pairs: ``plan``/``can_allocate``/``allocate`` and
 ``can_append``/``append``.
+
+With a host tier (``workers.decode.native.host_tier``) an evictable block that is evicted is
+first copied to host memory, and a prefix lookup that misses the device pool continues there:
+the plan's ``restores`` are host blocks copied back into fresh device blocks.  The copies are
+queued in ``copies``, in the order they must happen, and performed by the model runner before
+the next forward pass writes any block (``take_copies``).  A prefix is device hits first, then
+host hits: the device evicts the tail of a released sequence first, so its head stays on the
+device and its tail moves to the host.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from workers.decode.errors import BlockIntegrityError, NoFreeBlocks
+from workers.decode.native.host_tier import Copy, HostTier
 from workers.decode.native.sequence import Sequence
 
 
@@ -48,23 +57,28 @@ class Block:
 class PrefixPlan:
     """What admitting a sequence would reuse and take; valid until the pool changes."""
 
-    hits: tuple[int, ...]  # full blocks whose KV is reused, in order
+    hits: tuple[int, ...]  # full device blocks whose KV is reused, in order
+    restores: tuple[int, ...]  # prefix hashes of the host blocks that continue the prefix, in order
     tail: int | None  # a donor's partial block taken over (its first ``tail_tokens`` are valid)
     tail_tokens: int
     num_new: int  # fresh blocks for the rest of the tokens
-    num_revived: int  # hits that are evictable now (they use up free capacity)
+    num_revived: int  # hits that are evictable now (they use up free capacity, as restores do)
     num_cached_tokens: int  # tokens whose KV is reused
 
 
 class BlockManager:
     """Owns the block pool; knows sequences only through their token ids and block tables."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, host: HostTier | None = None) -> None:
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.empty: deque[int] = deque(range(num_blocks))
         self.evictable: OrderedDict[int, None] = OrderedDict()
         self.hash_to_block: dict[int, int] = {}
+        self.host = host
+        self.copies: list[Copy] = []  # queued for the runner, in order (``take_copies``)
+        self.offloaded_blocks = 0
+        self.restored_blocks = 0
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -95,6 +109,11 @@ class BlockManager:
             return None
         return block_id
 
+    def take_copies(self) -> list[Copy]:
+        """The copies queued since the last call, to perform in this order before the next forward pass."""
+        copies, self.copies = self.copies, []
+        return copies
+
     def freeable(self, tables: Iterable[list[int]]) -> int:
         """Blocks that would become free if every one of ``tables`` were released (no one else holds them)."""
         held = Counter(b for table in tables for b in table)
@@ -112,31 +131,39 @@ class BlockManager:
         bs = self.block_size
         common = _common_prefix(seq.token_ids, donor.token_ids[:donor.num_computed_tokens]) if donor else 0
         hits: list[int] = []
+        restores: list[int] = []
         for i in range((seq.num_tokens - 1) // bs):
-            if donor is not None and (i + 1) * bs <= common and i < len(donor.block_table):
-                block_id: int | None = donor.block_table[i]
-            else:
-                block_id = self.lookup(self.hashes(seq, i + 1)[i], seq.block_tokens(i))
-            if block_id is None:
+            if not restores:  # past the first host hit the prefix continues on the host only
+                if donor is not None and (i + 1) * bs <= common and i < len(donor.block_table):
+                    block_id: int | None = donor.block_table[i]
+                else:
+                    block_id = self.lookup(self.hashes(seq, i + 1)[i], seq.block_tokens(i))
+                if block_id is not None:
+                    hits.append(block_id)
+                    continue
+            if self.host is None or not self.host.lookup(self.hashes(seq, i + 1)[i], seq.block_tokens(i)):
                 break
-            hits.append(block_id)
-        tail, tail_tokens = self._donor_tail(donor, seq, len(hits), common)
-        num_new = seq.blocks_needed(seq.num_tokens) - len(hits) - (tail is not None)
+            restores.append(seq.block_hashes[i])
+        reused = len(hits) + len(restores)
+        tail, tail_tokens = self._donor_tail(donor, seq, reused, common)
+        num_new = seq.blocks_needed(seq.num_tokens) - reused - (tail is not None)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        return PrefixPlan(tuple(hits), tail, tail_tokens, num_new, revived, len(hits) * bs + tail_tokens)
+        return PrefixPlan(tuple(hits), tuple(restores), tail, tail_tokens, num_new, revived,
+                          reused * bs + tail_tokens)
 
     def can_allocate(self, plan: PrefixPlan) -> bool:
-        return plan.num_new + plan.num_revived <= self.num_free
+        return plan.num_new + plan.num_revived + len(plan.restores) <= self.num_free
 
     def allocate(self, seq: Sequence, plan: PrefixPlan, donor: Sequence | None = None) -> None:
         """Give ``seq`` its blocks per ``plan``; the tail block moves out of ``donor``'s table."""
         if not self.can_allocate(plan):
-            raise NoFreeBlocks(f"need {plan.num_new + plan.num_revived} blocks, {self.num_free} free")
+            raise NoFreeBlocks(f"need {plan.num_new + plan.num_revived + len(plan.restores)} blocks, "
+                               f"{self.num_free} free")
         for block_id in plan.hits:  # revive hits before taking fresh blocks, which may evict
             self._acquire(block_id)
-        table = list(plan.hits)
+        table = list(plan.hits) + self._restore(plan.restores)
         if plan.tail is not None:
-            at = len(plan.hits)
+            at = len(table)
             if donor is None or donor.block_table[at:at + 1] != [plan.tail]:
                 raise BlockIntegrityError(f"tail block {plan.tail} is not held by the donor")
             del donor.block_table[at]
@@ -144,7 +171,7 @@ class BlockManager:
         table.extend(self._take_free() for _ in range(plan.num_new))
         seq.block_table = table
         seq.num_computed_tokens = plan.num_cached_tokens
-        seq.num_published_blocks = len(plan.hits)
+        seq.num_published_blocks = len(plan.hits) + len(plan.restores)
 
     # ---- growth: can_append -> append -----------------------------------------------------
     def blocks_missing(self, seq: Sequence) -> int:
@@ -182,13 +209,13 @@ class BlockManager:
         seq.num_published_blocks = num_full
 
     def reset_prefix_cache(self) -> int:
-        """Forget every evictable block's KV; returns how many were dropped."""
-        dropped = len(self.evictable)
-        while self.evictable:
-            block_id, _ = self.evictable.popitem(last=False)
-            self._unregister(self.blocks[block_id])
-            self.empty.append(block_id)
-        return dropped
+        """Forget every evictable block's KV, and the host tier's; returns how many were dropped."""
+        return self._empty_evictable(offload=False) + (self.host.clear() if self.host is not None else 0)
+
+    def spill(self) -> int:
+        """Evict every evictable block to the host tier at once, as memory pressure does block by
+        block (benchmarks: a session restored from the host); returns how many were evicted."""
+        return self._empty_evictable(offload=True)
 
     # ---- invariants ------------------------------------------------------------------------
     def check_integrity(self, tables: Iterable[list[int]] | None = None) -> None:
@@ -204,6 +231,8 @@ class BlockManager:
             held = Counter(b for table in tables for b in table)
             refs = {b.block_id: b.ref_count for b in self.blocks if b.ref_count}
             _check(held == refs, f"ref counts {refs} differ from holders {dict(held)}")
+        if self.host is not None:
+            self.host.check_integrity()
 
     def _check_block(self, block: Block, in_empty: bool, in_evictable: bool) -> None:
         bid = block.block_id
@@ -232,11 +261,51 @@ class BlockManager:
             block_id = self.empty.popleft()
         elif self.evictable:
             block_id, _ = self.evictable.popitem(last=False)
+            self._offload(self.blocks[block_id])
             self._unregister(self.blocks[block_id])
         else:
             raise NoFreeBlocks("the block pool is exhausted")
         self.blocks[block_id].ref_count = 1
         return block_id
+
+    def _empty_evictable(self, offload: bool) -> int:
+        dropped = len(self.evictable)
+        while self.evictable:
+            block_id, _ = self.evictable.popitem(last=False)
+            if offload:
+                self._offload(self.blocks[block_id])
+            self._unregister(self.blocks[block_id])
+            self.empty.append(block_id)
+        return dropped
+
+    def _offload(self, block: Block) -> None:
+        """An evicted block's KV goes to the host tier (queued before whatever overwrites the block)."""
+        if self.host is None or block.hash is None or block.token_ids is None:
+            return
+        slot = self.host.store(block.hash, block.token_ids)
+        if slot is not None:
+            self.copies.append(Copy(True, block.block_id, slot))
+            self.offloaded_blocks += 1
+
+    def _restore(self, hashes: tuple[int, ...]) -> list[int]:
+        """Fresh device blocks for these host blocks, their copies back queued.  Every slot is taken
+        out of the host tier first: a block evicted to make room meanwhile cannot reuse one of them
+        before its copy back is queued."""
+        if not hashes:
+            return []
+        assert self.host is not None
+        taken = [self.host.take(h) for h in hashes]
+        table = []
+        for block_hash, (slot, token_ids) in zip(hashes, taken, strict=True):
+            block_id = self._take_free()
+            self.copies.append(Copy(False, slot, block_id))
+            self.host.free_slot(slot)
+            block = self.blocks[block_id]
+            block.hash, block.token_ids = block_hash, token_ids
+            self.hash_to_block[block_hash] = block_id
+            table.append(block_id)
+        self.restored_blocks += len(hashes)
+        return table
 
     def _acquire(self, block_id: int) -> None:
         block = self.blocks[block_id]

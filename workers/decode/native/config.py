@@ -20,6 +20,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto: float32 on CPU, the checkpoint's half type (else bfloat16) on CUDA
     block_size: int = 16
     num_blocks: int = 2048  # KV pool size in blocks
+    host_kv_blocks: int = -1  # host tier under the pool, in blocks: -1 auto (2x num_blocks with CUDA, 0 on CPU)
     max_num_seqs: int = 64  # sequences running at once
     max_num_batched_tokens: int = 512  # token budget of one step (chunked prefill)
     max_model_len: int = 0  # 0: the checkpoint's max_position_embeddings
@@ -35,6 +36,7 @@ class EngineConfig:
         for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_session_records"):
             _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         _require(self.max_model_len >= 0, "max_model_len", self.max_model_len, ">= 0")
+        _require(self.host_kv_blocks >= -1, "host_kv_blocks", self.host_kv_blocks, ">= -1 (-1: auto)")
         _require(self.pin_default_s >= 0, "pin_default_s", self.pin_default_s, ">= 0")
         _require(self.pin_max_s >= self.pin_default_s, "pin_max_s", self.pin_max_s, ">= pin_default_s")
         _require(0.0 <= self.pin_max_share <= 1.0, "pin_max_share", self.pin_max_share, "in [0, 1]")

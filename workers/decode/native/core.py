@@ -21,6 +21,7 @@ from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.native.block_manager import BlockManager
 from workers.decode.native.config import EngineConfig
 from workers.decode.native.guided import Guide
+from workers.decode.native.host_tier import HostTier
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import DuplicateRequest, PromptError, RequestTooLarge
 from workers.decode.native.loader import ModelArgs
@@ -55,8 +56,10 @@ class EngineCore:
         self.max_model_len = config.max_model_len or args.max_position_embeddings
         self.dtype = resolve_dtype(config.dtype, self.device, args.torch_dtype)
         self.model = load_model(config.model, self.device, self.dtype, self.max_model_len)
-        self.runner = ModelRunner(self.model, config.num_blocks, config.block_size, self.tokenizer.vocab_size)
-        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        host_blocks = host_kv_blocks(config, self.device)
+        self.runner = ModelRunner(self.model, config.num_blocks, config.block_size, self.tokenizer.vocab_size,
+                                  host_blocks)
+        self.blocks = BlockManager(config.num_blocks, config.block_size, HostTier(host_blocks) if host_blocks else None)
         self.pins = PinTable(int(config.pin_max_share * config.num_blocks), config.pin_default_s,
                              config.pin_max_s, clock)
         self.scheduler = Scheduler(config, self.blocks, self.pins, self._eos_ids(args))
@@ -115,13 +118,21 @@ class EngineCore:
         self.scheduler.expire_pins()
 
     def reset_prefix_cache(self) -> int:
-        """Forget all unpinned, unused cached KV (benchmarks: a cold cache)."""
+        """Forget all unpinned, unused cached KV, the host tier's too (benchmarks: a cold cache)."""
         return self.blocks.reset_prefix_cache()
+
+    def spill_prefix_cache(self) -> int:
+        """Move all unpinned, unused cached KV to the host tier now (benchmarks: a restore)."""
+        spilled = self.blocks.spill()
+        self.runner.copy_blocks(self.blocks.take_copies())
+        return spilled
 
     # ---- the step --------------------------------------------------------------------------
     def step(self) -> list[tuple[str, GenerateDelta]]:
         """One batched forward pass; returns ``(rid, delta)`` for every request that produced one."""
         batch = self.scheduler.schedule()
+        if self.blocks.copies:  # blocks evicted to the host tier or restored from it: before any is written
+            self.runner.copy_blocks(self.blocks.take_copies())
         if not batch:
             return []
         appended = self.scheduler.postprocess(batch, self.runner.run(batch, self.guide))
@@ -186,7 +197,10 @@ class EngineCore:
                     total_blocks=self.blocks.num_blocks, block_size=self.config.block_size,
                     pinned_blocks=self.pins.num_blocks, pinned_sessions=len(self.pins),
                     cached_blocks=self.blocks.num_cached, prefill_tokens_computed=s.prefill_tokens_computed,
-                    prefix_hit_tokens=s.prefix_hit_tokens, preemptions=s.num_preemptions)
+                    prefix_hit_tokens=s.prefix_hit_tokens, preemptions=s.num_preemptions,
+                    host_blocks=self.blocks.host.num_blocks if self.blocks.host else 0,
+                    host_cached_blocks=len(self.blocks.host) if self.blocks.host else 0,
+                    host_offloaded_blocks=self.blocks.offloaded_blocks, host_restored_blocks=self.blocks.restored_blocks)
 
     def check_integrity(self) -> None:
         """Raise ``BlockIntegrityError`` unless blocks, sequences and pins agree."""
@@ -217,6 +231,14 @@ class EngineCore:
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return frozenset(ids)
+
+
+def host_kv_blocks(config: EngineConfig, device: torch.device) -> int:
+    """The host tier's size: as configured, or (auto) twice the pool beside a GPU and none on a CPU,
+    where the pool already is host memory."""
+    if config.host_kv_blocks >= 0:
+        return config.host_kv_blocks
+    return 2 * config.num_blocks if device.type == "cuda" else 0
 
 
 def resolve_dtype(name: str, device: torch.device, checkpoint: str | None) -> torch.dtype:

@@ -109,6 +109,10 @@ class NativeEngine:
         """Forget unpinned cached KV (benchmarks)."""
         self._inbox.put(("reset",))
 
+    def spill_prefix_cache(self) -> None:
+        """Move unpinned cached KV to the host tier (benchmarks)."""
+        self._inbox.put(("spill",))
+
     def stats(self) -> dict[str, Any]:
         return self.core.stats() if self.core is not None else {"running": 0, "waiting": 0}
 
@@ -178,6 +182,8 @@ class _EngineThread(threading.Thread):
                 self.core.release(session)
             case ("reset",):
                 self.core.reset_prefix_cache()
+            case ("spill",):
+                self.core.spill_prefix_cache()
 
     def _step(self) -> None:
         try:

@@ -11,6 +11,7 @@ import torch
 
 from workers.decode.native.attention import AttnMeta, PrefillChunk, chunk_mask, length_mask
 from workers.decode.native.guided import Guide
+from workers.decode.native.host_tier import Copy
 from workers.decode.native.models import CausalLM
 from workers.decode.native.sampling import sample
 from workers.decode.native.scheduler import ScheduledBatch
@@ -18,7 +19,8 @@ from workers.decode.native.sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, vocab_limit: int | None = None) -> None:
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, vocab_limit: int | None = None,
+                 host_blocks: int = 0) -> None:
         args = model.args
         p = next(model.parameters())
         self.model, self.block_size, self.device, self.dtype = model, block_size, p.device, p.dtype
@@ -26,6 +28,21 @@ class ModelRunner:
         shape = (args.num_layers, 2, num_blocks, block_size, args.num_kv_heads, args.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
         model.bind(self.kv_cache)
+        # the host tier (``host_tier``): separate memory even on CPU, page-locked beside a GPU so that
+        # copies are DMA transfers queued on the stream, in order with the forward pass
+        host_shape = (args.num_layers, 2, host_blocks, block_size, args.num_kv_heads, args.head_dim)
+        self.host_cache = torch.zeros(host_shape, dtype=p.dtype, pin_memory=p.device.type == "cuda") \
+            if host_blocks else None
+
+    @torch.inference_mode()
+    def copy_blocks(self, copies: list[Copy]) -> None:
+        """Perform the block manager's queued copies between the tiers, in their order."""
+        assert self.host_cache is not None or not copies
+        for out, src, dst in copies:
+            if out:
+                self.host_cache[:, :, dst].copy_(self.kv_cache[:, :, src], non_blocking=True)
+            else:
+                self.kv_cache[:, :, dst].copy_(self.host_cache[:, :, src], non_blocking=True)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, guide: Guide | None = None) -> list[int]:
