@@ -3,7 +3,7 @@ through turnstream with the loop in the server.
 
     turnstream bench agent [--out DIR] [--tasks 8] [--concurrency 1,4,16] [--memory ample,tight]
                            [--sides vllm-client,vllm-client-early,turnstream-vllm,turnstream-native,
-                                    turnstream-vllm-chat] [--model DIR] [--seed 7] [--vllm-args JSON]
+                                    turnstream-native-host,turnstream-vllm-chat] [--model DIR] [--seed 7] [--vllm-args JSON]
 
 The workload (``bench.agent_trace``) is drawn from ``--seed`` and written to ``agent-trace.json``:
 1-4k-token system prompts, 3-8 turns of 1-3 tool calls (some parallel), heavy-tailed tool latencies,
@@ -17,6 +17,8 @@ and the same number of tokens per turn, and exits 1 (INVALID) otherwise.  Sides:
     vllm-client-early      the same server + the best client: each tool starts when its call closes
     turnstream-vllm        turnstream --engine vllm, sessions API (the loop in the server)
     turnstream-native      turnstream's native engine, sessions API
+    turnstream-native-host the same with a host KV tier twice the pool: a pin lost to pressure is copied
+                           back instead of recomputed (``workers.decode.native.host_tier``)
     turnstream-vllm-chat   turnstream --engine vllm through chat completions with the loop of vllm-client
 
 Memory: ``ample`` (every context fits many times over) and ``tight`` (the contexts of 4 tasks in flight
@@ -52,6 +54,7 @@ from bench.servers import Server, make_server
 SIDES = {"vllm-client": ("vllm-server", "client", False), "vllm-client-early": ("vllm-server", "client", True),
          "turnstream-vllm": ("turnstream-vllm", "session", False),
          "turnstream-native": ("turnstream-native", "session", False),
+         "turnstream-native-host": ("turnstream-native-host", "session", False),
          "turnstream-vllm-chat": ("turnstream-vllm", "client", False)}
 NATIVE_BLOCK = 16
 
@@ -129,8 +132,8 @@ def make_servers(kinds: list[str], model: Path, pool: dict[str, int], args: argp
     blocks = -(-pool["tokens"] // args.vllm_block_size)
     engine = {**json.loads(args.vllm_args), "max_model_len": pool["max_model_len"],
               "num_gpu_blocks_override": blocks, "block_size": args.vllm_block_size}
-    native = json.dumps({"num_blocks": -(-pool["tokens"] // NATIVE_BLOCK), "block_size": NATIVE_BLOCK,
-                         "max_model_len": pool["max_model_len"]})
+    native = {"num_blocks": -(-pool["tokens"] // NATIVE_BLOCK), "block_size": NATIVE_BLOCK,
+              "max_model_len": pool["max_model_len"], "host_kv_blocks": 0}
     (tmp / "tools.toml").write_text(tools_toml())
     servers = {}
     for kind in kinds:
@@ -140,8 +143,9 @@ def make_servers(kinds: list[str], model: Path, pool: dict[str, int], args: argp
                        "--structured-outputs-config", '{"backend": "guidance"}']
         else:
             s.argv += ["--tools-config", str(tmp / "tools.toml"), "--tool-max-jobs", "64", "--max-turns", "16"]
-            if kind == "turnstream-native":
-                s.argv += ["--native-args", native]
+            if kind.startswith("turnstream-native"):  # -host: a host tier twice the pool (its default on a GPU)
+                host = 2 * native["num_blocks"] if kind.endswith("-host") else 0
+                s.argv += ["--native-args", json.dumps({**native, "host_kv_blocks": host})]
         s.env = {**s.env, TRACE_ENV: str(trace_path), STAMPS_ENV: str(stamps)}
         servers[kind] = s
     return servers

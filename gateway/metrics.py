@@ -14,6 +14,7 @@ dead worker's series disappear with it.
     turnstream_time_per_output_token_seconds    per turn: (turn.ended - first token) / (tokens - 1)
     turnstream_dispatch_latency_seconds         tool_call.ready -> tool.started (server tools)
     turnstream_prompt_tokens_total / turnstream_cached_prompt_tokens_total   KV reuse (pin hits)
+    turnstream_host_cached_prompt_tokens_total  of the cached ones, copied back from the host KV tier
     turnstream_pin_hit_ratio                    per turn: cached_tokens / prompt_tokens
     turnstream_queue_length{stream} / turnstream_queue_pending{stream}       XLEN / XPENDING of job streams
     turnstream_tool_queue_length{pool}          queued arq jobs per tool pool
@@ -108,6 +109,8 @@ class Metrics:
         self.prompt_tokens = Counter("turnstream_prompt_tokens", "Prompt tokens of admitted turns", registry=reg)
         self.cached_tokens = Counter("turnstream_cached_prompt_tokens", "Prompt tokens served from KV cache/pins",
                                      registry=reg)
+        self.host_cached_tokens = Counter("turnstream_host_cached_prompt_tokens", "Of the cached prompt tokens, "
+                                          "those copied back from the host KV tier", registry=reg)
         self.pin_hit = Histogram("turnstream_pin_hit_ratio", "cached_tokens / prompt_tokens per turn", registry=reg,
                                  buckets=(0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0))
         self.queue_length = Gauge("turnstream_queue_length", "XLEN of a job stream", ["stream"], registry=reg)
@@ -178,6 +181,7 @@ class Metrics:
             self._continuing.put((sid, ev.turn), self._last_result.pop(sid))
         self.prompt_tokens.inc(body.prompt_tokens)
         self.cached_tokens.inc(body.cached_tokens)
+        self.host_cached_tokens.inc(body.host_cached_tokens)
         if body.prompt_tokens > 0:
             self.pin_hit.observe(min(1.0, body.cached_tokens / body.prompt_tokens))
 

@@ -82,6 +82,7 @@ class TurnStarted(_Tagged, tag="turn.started"):
     cached_tokens: int = 0
     worker: str = ""
     continuation: bool = False
+    host_cached_tokens: int = 0  # of ``cached_tokens``: copied back from the host KV tier (the rest was on the device)
 
 
 class TurnRestarted(_Tagged, tag="turn.restarted"):

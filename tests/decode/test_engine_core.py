@@ -88,6 +88,9 @@ def test_a_pin_lost_to_memory_pressure_comes_back_from_the_host_tier_with_the_sa
         if case == "host tier":
             assert stats["host_offloaded_blocks"] > 0 and stats["host_restored_blocks"] * 4 <= full
             assert deltas2[0].cached_tokens == full and computed == second.num_prompt_tokens - full
+            assert 0 < deltas2[0].host_cached_tokens <= full  # the rest: leading blocks the crowd shared
+        else:
+            assert deltas2[0].host_cached_tokens == 0
         cached[case] = deltas2[0].cached_tokens
         results[case] = second.completion_token_ids
     assert cached["recomputed"] < cached["host tier"] <= cached["pinned"]

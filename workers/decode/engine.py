@@ -83,6 +83,7 @@ class GenerateDelta:
     cached_tokens: int = 0
     completion_tokens: int = 0
     stop_sequence: str | None = None  # the stop string that ended the completion (finish_reason "stop")
+    host_cached_tokens: int = 0  # of ``cached_tokens``: restored from a host KV tier
 
 
 @runtime_checkable

@@ -120,6 +120,7 @@ class TurnRun:
         self.started = True
         last = self.last
         await self._event(1, TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
+                                         host_cached_tokens=last.host_cached_tokens,
                                          worker=self.w.me, continuation=self.continuation))
 
     async def _through(self, call: Any) -> Any:

@@ -183,6 +183,7 @@ class EngineCore:
         delta = GenerateDelta(text=text, n_tokens=req.unsent_tokens, finished=finished,
                               finish_reason=seq.finish_reason if finished else None,
                               prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached_tokens,
+                              host_cached_tokens=seq.num_host_cached_tokens,
                               completion_tokens=seq.num_completion_tokens,
                               stop_sequence=req.text.stop_sequence if finished else None)
         req.sent_first, req.unsent_tokens = True, 0

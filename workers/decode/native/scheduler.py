@@ -209,6 +209,7 @@ class Scheduler:
             self.blocks.deallocate(donor)
         if not seq.admitted:
             seq.num_cached_tokens, seq.admitted = plan.num_cached_tokens, True
+            seq.num_host_cached_tokens = len(plan.restores) * self.blocks.block_size
         self.prefix_hit_tokens += plan.num_cached_tokens
         seq.num_prefill_target = seq.num_tokens
         seq.status = SequenceStatus.RUNNING

@@ -51,6 +51,7 @@ class Sequence:
     num_prompt_tokens: int = 0
     num_computed_tokens: int = 0  # tokens whose KV is in block_table
     num_cached_tokens: int = 0  # prompt tokens reused from the cache at first admission
+    num_host_cached_tokens: int = 0  # of those, copied back from the host tier
     num_prefill_target: int = 0  # tokens known at (re)admission: computing them counts as prefill
     num_published_blocks: int = 0  # leading full blocks offered to the prefix cache
     block_table: list[int] = field(default_factory=list)
