@@ -126,7 +126,7 @@ def table(results: dict[str, Any], levels: list[int]) -> str:
                     continue
                 base = results[memory].get(BASE, {}).get(level, {}).get("task_p50_s", float("nan"))
                 rows.append([memory, side, level, s["task_p50_s"], s["task_p99_s"], s["tasks_per_min"],
-                             f"{base / s['task_p50_s']:.2f}x" if s["task_p50_s"] else "-",
+                             f"{base / s['task_p50_s']:.2f}x" if s["task_p50_s"] and not math.isnan(base) else "-",
                              round(s["prompt_computed_per_task"]), s["dispatch_p50_ms"], s["resume_p50_ms"],
                              s["cpu_s_per_task"]])
     return markdown_table(headers, rows)
