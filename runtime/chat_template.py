@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -109,10 +110,18 @@ def render_template(source: str, specials: dict[str, str], messages: list[dict[s
 
 def _render(template: jinja2.Template, specials: dict[str, str], messages: list[dict[str, Any]],
             tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+    """Calls' arguments as objects first; a template that concatenates them as text (DeepSeek's
+    ``'...' + tool['function']['arguments']``) fails on an object, and gets them as JSON text instead."""
     try:
-        return template.render(messages=[_plain(m) for m in messages], tools=tools,
-                               add_generation_prompt=add_generation_prompt, **specials)
-    except jinja2.TemplateError as exc:
+        try:
+            plain = [_plain(m, _call_object) for m in messages]
+            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
+                                   **specials)
+        except TypeError:
+            plain = [_plain(m, _call_text) for m in messages]
+            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
+                                   **specials)
+    except (jinja2.TemplateError, TypeError) as exc:
         raise PromptError(f"the chat template rejected the conversation: {exc}") from exc
 
 
@@ -180,15 +189,16 @@ class TextStream:
         return 0
 
 
-def _plain(message: dict[str, Any]) -> dict[str, Any]:
-    """The message as the template should see it: assistant turns with ``raw`` become that text, and a
-    call's ``arguments`` sent as a JSON string (as OpenAI clients send them) become the object, which is
-    what chat templates render (``tool_call.arguments | tojson``) and what the model wrote, as vLLM does."""
+def _plain(message: dict[str, Any], call: Callable[[Any], Any]) -> dict[str, Any]:
+    """The message as the template should see it: assistant turns with ``raw`` become that text, and each
+    call goes through ``call``: ``_call_object`` (a call's ``arguments`` sent as a JSON string, as OpenAI
+    clients send them, become the object, which is what most chat templates render, ``tool_call.arguments
+    | tojson``, and what the model wrote, as vLLM does) or ``_call_text`` (the other way round)."""
     if message.get("role") == "assistant" and message.get("raw") is not None:
         return {"role": "assistant", "content": message["raw"]}
     plain = {k: v for k, v in message.items() if k != "raw"}
     if plain.get("tool_calls"):
-        plain["tool_calls"] = [_call_object(c) for c in plain["tool_calls"]]
+        plain["tool_calls"] = [call(c) for c in plain["tool_calls"]]
     return plain
 
 
@@ -201,6 +211,13 @@ def _call_object(call: Any) -> Any:
     except ValueError:
         return call  # not JSON: rendered as sent
     return {**call, "function": {**fn, "arguments": args}} if isinstance(args, dict) else call
+
+
+def _call_text(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), dict):
+        return call
+    return {**call, "function": {**fn, "arguments": json.dumps(fn["arguments"], ensure_ascii=False)}}
 
 
 def _environment() -> ImmutableSandboxedEnvironment:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jinja2
 import pytest
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from runtime import model_info
 from runtime.chat_template import PromptError, model_templates, render_template
@@ -124,27 +122,16 @@ def test_load_config_settles_auto_for_a_local_directory() -> None:
 
 
 def _with_call(source: str, specials: dict[str, str], user: dict) -> str:
-    """The conversation with one assistant call, in the first message shape the template accepts: templates
-    differ on null vs empty content (R1 writes calls only with null content).  DeepSeek's templates concatenate the arguments as a JSON string, which
-    ``render_template`` turns into an object first (as vLLM does, for templates that iterate them), so
-    those are rendered as transformers renders a string-arguments call: the plain sandboxed environment."""
-    errors = []
+    """The conversation with one assistant call, in the first message shape the template writes a call
+    for: templates differ on null vs empty content (R1 writes calls only with null content)."""
     for content in (None, ""):
         call = {"role": "assistant", "content": content,
                 "tool_calls": [{"id": "a1b2c3d4e", "type": "function",
-                                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+                                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
         try:
             out = render_template(source, specials, [user, call], [WEATHER], add_generation_prompt=False)
-        except (PromptError, TypeError) as exc:
-            errors.append(exc)
+        except PromptError:  # most templates need a string content
             continue
         if out.count("Paris") > 1:  # the user's message names it once; the call is written too
             return out
-    call["content"] = None
-    call["tool_calls"][0]["function"]["arguments"] = '{"city": "Paris"}'
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    try:
-        return env.from_string(source).render(messages=[user, call], tools=[WEATHER], add_generation_prompt=False,
-                                              **specials)
-    except (jinja2.TemplateError, TypeError) as exc:
-        raise AssertionError([*errors, exc]) from exc
+    raise AssertionError("the template wrote no call")
