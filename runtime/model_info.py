@@ -51,7 +51,7 @@ class Family:
 # and V3 share <｜tool▁calls▁begin｜> (V3 alone fences the arguments as ```json).
 FAMILIES: tuple[Family, ...] = (
     Family("harmony", template=("<|channel|>",), tokens=("<|channel|>",), model_types=("gpt_oss",)),
-    Family("qwen3_coder", template=("<function=", "<parameter="), model_types=("qwen3_coder",)),
+    Family("qwen3_coder", template=("<function=", "<parameter=")),  # its model_type is Qwen3's (qwen3_moe)
     Family("glm45", template=("<arg_key>", "<arg_value>"), model_types=("glm4_moe",)),
     Family("minimax_m2", template=("<minimax:tool_call>",), tokens=("<minimax:tool_call>",),
            model_types=("minimax_m2",)),
@@ -59,7 +59,8 @@ FAMILIES: tuple[Family, ...] = (
            model_types=("kimi_k2",)),
     Family("deepseek_v3", template=("<｜tool▁calls▁begin｜>", "```json"), model_types=("deepseek_v3",)),
     Family("deepseek_v31", template=("<｜tool▁calls▁begin｜>",)),  # its tokens and model_type are V3's
-    Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",), model_types=("mistral",)),
+    Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",),
+           model_types=("mistral", "mistral3", "mixtral")),
     Family("pythonic", template=("[func_name1(",), model_types=("llama4",)),
     Family("llama3_json", template=('"parameters": dictionary of argument name and its value',),
            tokens=("<|python_tag|>",), model_types=("llama",)),
