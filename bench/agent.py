@@ -3,7 +3,8 @@ through turnstream with the loop in the server.
 
     turnstream bench agent [--out DIR] [--tasks 8] [--concurrency 1,4,16] [--memory ample,tight]
                            [--sides vllm-client,vllm-client-early,turnstream-vllm,turnstream-native,
-                                    turnstream-native-host,turnstream-vllm-chat] [--model DIR] [--seed 7] [--vllm-args JSON]
+                                    turnstream-native-host,turnstream-vllm-chat] [--model DIR|ORG/NAME] [--seed 7]
+                           [--vllm-args JSON]
 
 The workload (``bench.agent_trace``) is drawn from ``--seed`` and written to ``agent-trace.json``:
 1-4k-token system prompts, 3-8 turns of 1-3 tool calls (some parallel), heavy-tailed tool latencies,
@@ -49,6 +50,7 @@ from bench.agent_tools import STAMPS_ENV, TRACE_ENV, clear_stamps, read_stamps, 
 from bench.agent_trace import Shape, Trace, build_trace
 from bench.common import DEFAULT_OUT, VLLM_VENV, progress, verdict, vllm_python, wait_quiet, write_results
 from bench.servers import Server, make_server
+from runtime.model_source import local_dir
 
 # side -> (server kind, loop, early dispatch)
 SIDES = {"vllm-client": ("vllm-server", "client", False), "vllm-client-early": ("vllm-server", "client", True),
@@ -69,7 +71,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--memory", default="ample,tight")
     ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--model", default="", help="a checkpoint directory (default: build the 150k-vocab model)")
+    ap.add_argument("--model", default="", help="a checkpoint directory or a hub id, downloaded once into the hub "
+                    "cache (default: build the 150k-vocab model)")
+    ap.add_argument("--revision", default="", help="the hub revision of a hub-id --model (default: main)")
     ap.add_argument("--small", action="store_true", help="a smoke-size workload (short prompts and results)")
     ap.add_argument("--vllm-args", default='{"enforce_eager": true}', help="JSON engine arguments, both vLLM sides")
     ap.add_argument("--vllm-block-size", type=int, default=128, help="KV block of both vLLM sides (128: vLLM's "
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ts-bench-agent-") as tmp_s:
         tmp = Path(tmp_s)
-        model = Path(args.model) if args.model else build_model(tmp)
+        model = local_dir(args.model, args.revision, weights=True) if args.model else build_model(tmp)
         tok = Tokenizer.from_file(str(model / "tokenizer.json"))
         trace = build_trace(shape(args), tok)
         out_dir = Path(args.out)

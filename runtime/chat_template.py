@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -46,9 +47,8 @@ class ChatTokenizer:
         path = Path(path)
         if not (path / "tokenizer.json").exists():
             raise ModelFilesError(f"{path} has no tokenizer.json")
-        cfg = _read_json(path / "tokenizer_config.json")
-        specials = {k: _token_text(cfg[k]) for k in _SPECIAL_KEYS if cfg.get(k)}
-        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), _templates(path, cfg), specials)
+        templates, specials = model_templates(path)
+        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), templates, specials)
 
     @property
     def vocab_size(self) -> int:
@@ -66,11 +66,7 @@ class ChatTokenizer:
                add_generation_prompt: bool = True) -> str:
         """The prompt text for ``messages`` (and ``tools``), as the model's chat template writes it."""
         template = self._template("tool_use" if tools and "tool_use" in self.templates else "default")
-        try:
-            return template.render(messages=[_plain(m) for m in messages], tools=tools,
-                                   add_generation_prompt=add_generation_prompt, **self.specials)
-        except jinja2.TemplateError as exc:
-            raise PromptError(f"the chat template rejected the conversation: {exc}") from exc
+        return _render(template, self.specials, messages, tools, add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens in the text are recognised, none are added."""
@@ -88,6 +84,45 @@ class ChatTokenizer:
         if name not in self._compiled:
             self._compiled[name] = _environment().from_string(self.templates[name])
         return self._compiled[name]
+
+
+def model_templates(path: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """A model directory's chat templates by name (``default``, ``tool_use`` ...) and its special
+    tokens (``bos_token`` ...), as transformers reads them; empty where the files are missing."""
+    path = Path(path)
+    try:
+        cfg = _read_json(path / "tokenizer_config.json")
+        templates = _templates(path, cfg)
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(f"{path}: cannot read its tokenizer files ({exc})") from exc
+    return templates, {k: _token_text(cfg[k]) for k in _SPECIAL_KEYS if cfg.get(k)}
+
+
+def render_template(source: str, specials: dict[str, str], messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True) -> str:
+    """One rendering of a chat template's text (no tokenizer needed), as ``ChatTokenizer.render``."""
+    try:
+        template = _environment().from_string(source)
+    except jinja2.TemplateError as exc:
+        raise PromptError(f"the chat template does not compile: {exc}") from exc
+    return _render(template, specials, messages, tools, add_generation_prompt)
+
+
+def _render(template: jinja2.Template, specials: dict[str, str], messages: list[dict[str, Any]],
+            tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+    """Calls' arguments as objects first; a template that concatenates them as text (DeepSeek's
+    ``'...' + tool['function']['arguments']``) fails on an object, and gets them as JSON text instead."""
+    try:
+        try:
+            plain = [_plain(m, _call_object) for m in messages]
+            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
+                                   **specials)
+        except TypeError:
+            plain = [_plain(m, _call_text) for m in messages]
+            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
+                                   **specials)
+    except (jinja2.TemplateError, TypeError) as exc:
+        raise PromptError(f"the chat template rejected the conversation: {exc}") from exc
 
 
 def first_stop(text: str, stops: tuple[str, ...] | list[str]) -> tuple[int, str] | None:
@@ -154,15 +189,16 @@ class TextStream:
         return 0
 
 
-def _plain(message: dict[str, Any]) -> dict[str, Any]:
-    """The message as the template should see it: assistant turns with ``raw`` become that text, and a
-    call's ``arguments`` sent as a JSON string (as OpenAI clients send them) become the object, which is
-    what chat templates render (``tool_call.arguments | tojson``) and what the model wrote, as vLLM does."""
+def _plain(message: dict[str, Any], call: Callable[[Any], Any]) -> dict[str, Any]:
+    """The message as the template should see it: assistant turns with ``raw`` become that text, and each
+    call goes through ``call``: ``_call_object`` (a call's ``arguments`` sent as a JSON string, as OpenAI
+    clients send them, become the object, which is what most chat templates render, ``tool_call.arguments
+    | tojson``, and what the model wrote, as vLLM does) or ``_call_text`` (the other way round)."""
     if message.get("role") == "assistant" and message.get("raw") is not None:
         return {"role": "assistant", "content": message["raw"]}
     plain = {k: v for k, v in message.items() if k != "raw"}
     if plain.get("tool_calls"):
-        plain["tool_calls"] = [_call_object(c) for c in plain["tool_calls"]]
+        plain["tool_calls"] = [call(c) for c in plain["tool_calls"]]
     return plain
 
 
@@ -175,6 +211,13 @@ def _call_object(call: Any) -> Any:
     except ValueError:
         return call  # not JSON: rendered as sent
     return {**call, "function": {**fn, "arguments": args}} if isinstance(args, dict) else call
+
+
+def _call_text(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), dict):
+        return call
+    return {**call, "function": {**fn, "arguments": json.dumps(fn["arguments"], ensure_ascii=False)}}
 
 
 def _environment() -> ImmutableSandboxedEnvironment:

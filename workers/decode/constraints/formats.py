@@ -76,4 +76,3 @@ HARMONY_CALL = ("<|channel|>", "commentary to=functions." + NAME + " ", "<|const
 HARMONY_OPENER_RE = r"<\|channel\|>|<\|start\|>|to=functions\."
 FORMATS = tuple(SYNTAX) + ("harmony",)
 
-THINK = ("<think>", "</think>")

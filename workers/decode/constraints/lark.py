@@ -16,8 +16,9 @@ lexemes are greedy: a separate opener lexeme after SAFE would never be reached).
 
 from __future__ import annotations
 
+from runtime.reasoning_markers import THINK
 from workers.decode.constraints.args import arguments
-from workers.decode.constraints.formats import HARMONY_CALL, HARMONY_OPENER_RE, KIMI_INDEX_OPEN, NAME, SYNTAX, THINK, Syntax
+from workers.decode.constraints.formats import HARMONY_CALL, HARMONY_OPENER_RE, KIMI_INDEX_OPEN, NAME, SYNTAX, Syntax
 from workers.decode.constraints.pieces import ANY, Pieces, json_rule, lit
 from workers.decode.constraints.spec import Calls, Constraint, ConstraintError
 

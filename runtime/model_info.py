@@ -1,0 +1,198 @@
+"""What a checkpoint says about itself: its tool-call format and reasoning mode, with the reason.
+
+``--tool-format auto`` and ``--reasoning auto`` (the defaults) are settled here from the model
+directory's own files, so that a wrong pair cannot silently turn every call into text:
+
+    tool format   1. a marker the chat template writes   (FAMILIES, in order: the first match wins)
+                  2. a special token of the tokenizer     (tokenizer_config.json added tokens)
+                  3. config.json model_type / architectures
+                  4. none of these: hermes, with a warning naming --tool-format
+    reasoning     harmony: none (its analysis channel carries reasoning)
+                  the generation prompt ends inside an open <think>: think_forced
+                  the template or a special token has <think>: think
+                  otherwise: none
+
+The template outranks model_type because fine-tunes keep their base's model_type and change the
+template (Hermes 3 is a ``llama``; DeepSeek-R1-Distill-Qwen a ``qwen2``; Qwen3-Coder and Qwen3
+share ``qwen3_moe``).  Adding a family is one ``Family`` entry; its markers are what its chat
+template writes around a call (tests/runtime/test_model_info.py renders each family's real
+template and checks that the inferred parser reads the call back).  Nothing here imports a stage.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.chat_template import ModelFilesError, PromptError, model_templates, render_template
+from runtime.reasoning_markers import THINK_OPEN
+
+log = logging.getLogger("turnstream.model")
+
+AUTO = "auto"
+FALLBACK_FORMAT = "hermes"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A tool-call format and the evidence that names it (any one suffices)."""
+
+    format: str
+    template: tuple[str, ...] = ()      # all of these in the chat template
+    tokens: tuple[str, ...] = ()        # any of these among the tokenizer's added tokens
+    model_types: tuple[str, ...] = ()   # config.json model_type or an architecture's name
+
+
+# Order matters where templates overlap: Qwen3-Coder and GLM also write <tool_call>, DeepSeek V3.1
+# and V3 share <｜tool▁calls▁begin｜> (V3 alone fences the arguments as ```json).
+FAMILIES: tuple[Family, ...] = (
+    Family("harmony", template=("<|channel|>",), tokens=("<|channel|>",), model_types=("gpt_oss",)),
+    Family("qwen3_coder", template=("<function=", "<parameter=")),  # its model_type is Qwen3's (qwen3_moe)
+    Family("glm45", template=("<arg_key>", "<arg_value>"), model_types=("glm4_moe",)),
+    Family("minimax_m2", template=("<minimax:tool_call>",), tokens=("<minimax:tool_call>",),
+           model_types=("minimax_m2",)),
+    Family("kimi_k2", template=("<|tool_calls_section_begin|>",), tokens=("<|tool_calls_section_begin|>",),
+           model_types=("kimi_k2",)),
+    Family("deepseek_v3", template=("<｜tool▁calls▁begin｜>", "```json"), model_types=("deepseek_v3",)),
+    Family("deepseek_v31", template=("<｜tool▁calls▁begin｜>",)),  # its tokens and model_type are V3's
+    Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",),
+           model_types=("mistral", "mistral3", "mixtral")),
+    Family("pythonic", template=("[func_name1(",), model_types=("llama4",)),
+    Family("llama3_json", template=('"parameters": dictionary of argument name and its value',),
+           tokens=("<|python_tag|>",), model_types=("llama",)),
+    Family("hermes", template=("<tool_call>",), tokens=("<tool_call>",), model_types=("qwen2", "qwen3", "qwen3_moe")),
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The files of a model directory that say what it is."""
+
+    model_type: str = ""
+    architectures: tuple[str, ...] = ()
+    template: str = ""              # every named template, concatenated
+    tokens: frozenset[str] = field(default_factory=frozenset)
+    prompt: str = ""                # one user message's prompt, generation prompt added ("" if it cannot render)
+
+    @classmethod
+    def read(cls, model_dir: str | Path) -> "Checkpoint":
+        path = Path(model_dir)
+        config = _json(path / "config.json")
+        tok = _json(path / "tokenizer_config.json")
+        try:
+            templates, specials = model_templates(path)
+        except ModelFilesError:
+            templates, specials = {}, {}
+        template = "\n".join(templates.values())
+        added = frozenset(t["content"] for t in (tok.get("added_tokens_decoder") or {}).values()
+                          if isinstance(t, dict) and "content" in t)
+        return cls(str(config.get("model_type") or ""), tuple(config.get("architectures") or ()), template,
+                   added, _prompt(templates, specials))
+
+
+@dataclass(frozen=True)
+class Inference:
+    """A settled format and reasoning mode, each with why; ``known`` is False for the fallback."""
+
+    tool_format: str
+    format_reason: str
+    reasoning: str
+    reasoning_reason: str
+    known: bool = True
+
+
+def infer(model_dir: str | Path) -> Inference:
+    """The tool-call format and reasoning mode the checkpoint at ``model_dir`` names."""
+    return _infer_cached(str(Path(model_dir).resolve()))
+
+
+@functools.lru_cache(maxsize=32)
+def _infer_cached(model_dir: str) -> Inference:
+    ckpt = Checkpoint.read(model_dir)
+    fmt, why, known = tool_format_of(ckpt)
+    reasoning, reasoning_why = reasoning_of(ckpt, fmt)
+    return Inference(fmt, why, reasoning, reasoning_why, known)
+
+
+def tool_format_of(ckpt: Checkpoint) -> tuple[str, str, bool]:
+    """(format, reason, known): the first family whose evidence the checkpoint shows."""
+    for fam in FAMILIES:
+        if fam.template and all(m in ckpt.template for m in fam.template):
+            return fam.format, f"the chat template writes {' and '.join(map(repr, fam.template))}", True
+    for fam in FAMILIES:
+        if hit := next((t for t in fam.tokens if t in ckpt.tokens), None):
+            return fam.format, f"the tokenizer has the special token {hit!r}", True
+    names = (ckpt.model_type, *ckpt.architectures)
+    for fam in FAMILIES:
+        if hit := next((n for n in names if n and _names_type(n, fam.model_types)), None):
+            return fam.format, f"config.json names {hit!r}", True
+    return FALLBACK_FORMAT, "no known tool-call markup in the chat template, tokens or config.json", False
+
+
+def reasoning_of(ckpt: Checkpoint, fmt: str) -> tuple[str, str]:
+    """(mode, reason): think_forced when the generation prompt leaves a think span open."""
+    if fmt == "harmony":
+        return "", "harmony carries reasoning in its analysis channel"
+    tail = ckpt.prompt.rstrip()
+    if tail.endswith(THINK_OPEN):
+        return "think_forced", f"the generation prompt opens {THINK_OPEN!r}"
+    if THINK_OPEN in ckpt.template:
+        return "think", f"the chat template writes {THINK_OPEN!r}"
+    if THINK_OPEN in ckpt.tokens:
+        return "think", f"the tokenizer has the special token {THINK_OPEN!r}"
+    return "", f"no {THINK_OPEN!r} in the chat template or tokens"
+
+
+def settle(cfg: Any) -> tuple[Any, list[str]]:
+    """``cfg`` (a ``runtime.config.Config``) with ``auto`` replaced by what the model directory names,
+    and the start-up lines saying what was chosen and why (a warning line starts with ``warning:``)."""
+    if AUTO not in (cfg.tool_format, cfg.reasoning):
+        return cfg, []
+    inf = infer(cfg.model)
+    fmt = inf.tool_format if cfg.tool_format == AUTO else cfg.tool_format
+    reasoning = inf.reasoning if cfg.reasoning == AUTO else cfg.reasoning
+    lines = []
+    if cfg.tool_format == AUTO:
+        lines.append(f"tool format {fmt}: {inf.format_reason}" if inf.known else
+                     f"warning: tool format {fmt} (a guess: {inf.format_reason}); set --tool-format "
+                     "(TURNSTREAM_TOOL_FORMAT) to the model's format")
+    if cfg.reasoning == AUTO:
+        lines.append(f"reasoning {reasoning or 'none'}: {inf.reasoning_reason}")
+    return cfg.replace(tool_format=fmt, reasoning=reasoning), lines
+
+
+def report(lines: list[str]) -> None:
+    """Log ``settle``'s lines (warnings as warnings)."""
+    for line in lines:
+        if line.startswith("warning: "):
+            log.warning("%s", line.removeprefix("warning: "))
+        else:
+            log.info("%s", line)
+
+
+def _names_type(name: str, model_types: tuple[str, ...]) -> bool:
+    """``name`` is one of ``model_types``, or an architecture class of one (``Qwen3ForCausalLM``)."""
+    flat = name.lower().replace("_", "")
+    return any(name == t or flat.startswith(t.replace("_", "") + "for") for t in model_types)
+
+
+def _prompt(templates: dict[str, str], specials: dict[str, str]) -> str:
+    source = templates.get("default") or next(iter(templates.values()), "")
+    if not source:
+        return ""
+    try:
+        return render_template(source, specials, [{"role": "user", "content": "hi"}])
+    except (PromptError, TypeError, ValueError):  # a template that needs more than one user message
+        return ""
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

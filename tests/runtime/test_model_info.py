@@ -1,0 +1,137 @@
+"""Format inference from real checkpoints' chat templates (tests/runtime/model_fixtures, sources in its
+README): each family is inferred, and the call its own template writes is read back by the inferred
+parser -- so a marker table that drifts from the parsers fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime import model_info
+from runtime.chat_template import PromptError, model_templates, render_template
+from runtime.config import load_config
+from runtime.model_info import Checkpoint, infer, settle, tool_format_of
+from workers.parser import FORMATS, parse_text
+
+FIXTURES = Path(__file__).parent / "model_fixtures"
+REPO = Path(__file__).resolve().parents[2]
+
+# checkpoint -> (tool format, reasoning)
+EXPECTED = {
+    "Qwen--Qwen2.5-7B-Instruct": ("hermes", ""),
+    "NousResearch--Hermes-3-Llama-3.1-8B": ("hermes", ""),
+    "Qwen--Qwen3-0.6B": ("hermes", "think"),
+    "Qwen--QwQ-32B": ("hermes", "think_forced"),
+    "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B": ("deepseek_v3", "think_forced"),
+    "deepseek-ai--DeepSeek-V3.1": ("deepseek_v31", "think"),
+    "moonshotai--Kimi-K2-Instruct": ("kimi_k2", ""),
+    "Qwen--Qwen3-Coder-30B-A3B-Instruct": ("qwen3_coder", ""),
+    "MiniMaxAI--MiniMax-M2": ("minimax_m2", "think_forced"),
+    "zai-org--GLM-4.5": ("glm45", "think"),
+    "meta-llama--Llama-3.3-70B-Instruct": ("llama3_json", ""),
+    "mistralai--Mistral-Nemo-Instruct-2407": ("mistral", ""),
+    "mistralai--Mistral-Small-3.2-24B-Instruct-2506": ("mistral", ""),
+    "meta-llama--Llama-4-Scout-17B-16E-Instruct": ("pythonic", ""),
+    "openai--gpt-oss-120b": ("harmony", ""),
+}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+def test_every_fixture_is_expected_and_every_original_format_is_covered() -> None:
+    assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) == sorted(EXPECTED)
+    original = {"hermes", "deepseek_v3", "deepseek_v31", "kimi_k2", "qwen3_coder", "minimax_m2", "glm45",
+                "llama3_json", "mistral", "pythonic", "harmony"}
+    assert original <= {fmt for fmt, _ in EXPECTED.values()}
+    assert {f.format for f in model_info.FAMILIES} <= set(FORMATS)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_the_checkpoint_names_its_format_and_reasoning(name: str) -> None:
+    inf = infer(FIXTURES / name)
+    assert (inf.tool_format, inf.reasoning) == EXPECTED[name], inf
+    assert inf.known and inf.format_reason.startswith("the chat template writes")
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_the_call_its_own_template_writes_is_read_back_by_the_inferred_parser(name: str) -> None:
+    inf = infer(FIXTURES / name)
+    templates, specials = model_templates(FIXTURES / name)
+    specials = {"bos_token": "<s>", "eos_token": "</s>", **specials}  # the fixtures keep templates, not tokenizers
+    source = templates["default"]
+    user = {"role": "user", "content": "Weather in Paris?"}
+    before = render_template(source, specials, [user], [WEATHER], add_generation_prompt=False)
+    written = _with_call(source, specials, user)
+    assert written.startswith(before)
+    turn = parse_text(inf.tool_format, written[len(before):], tools=[WEATHER], reasoning=inf.reasoning or None)
+    assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [("get_weather", {"city": "Paris"})], \
+        (written[len(before):], turn)
+
+
+def test_the_bundled_model_is_hermes_without_reasoning() -> None:
+    inf = infer(REPO / "models" / "tiny-agent")
+    assert (inf.tool_format, inf.reasoning) == ("hermes", "")
+
+
+@pytest.mark.parametrize(("model_type", "arch", "fmt"), [
+    ("gpt_oss", "GptOssForCausalLM", "harmony"), ("glm4_moe", "Glm4MoeForCausalLM", "glm45"),
+    ("kimi_k2", "DeepseekV3ForCausalLM", "kimi_k2"), ("llama4", "Llama4ForConditionalGeneration", "pythonic"),
+    ("", "Qwen3ForCausalLM", "hermes"), ("llama", "LlamaForCausalLM", "llama3_json"),
+])
+def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
+                                                         fmt: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [arch]}))
+    found, why, known = tool_format_of(Checkpoint.read(tmp_path))
+    assert (found, known) == (fmt, True) and "config.json names" in why
+
+
+def test_a_special_token_names_the_family_when_the_template_does_not(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}",
+        "added_tokens_decoder": {"7": {"content": "<|tool_calls_section_begin|>", "special": True},
+                                 "8": {"content": "<think>", "special": True}}}))
+    inf = infer(tmp_path)
+    assert (inf.tool_format, inf.reasoning) == ("kimi_k2", "think")
+    assert "special token" in inf.format_reason
+
+
+def test_an_unknown_checkpoint_is_hermes_with_a_warning_naming_the_flag(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "brand_new"}))
+    cfg, lines = settle(load_config(model=str(tmp_path), tool_format="auto", reasoning="auto", settle=False))
+    assert (cfg.tool_format, cfg.reasoning) == ("hermes", "")
+    assert lines[0].startswith("warning: ") and "--tool-format" in lines[0]
+
+
+def test_an_explicit_flag_wins_and_auto_is_settled_with_its_reason() -> None:
+    model = str(FIXTURES / "Qwen--Qwen3-0.6B")
+    cfg, lines = settle(load_config(model=model, tool_format="qwen3_coder", reasoning="auto", settle=False))
+    assert (cfg.tool_format, cfg.reasoning) == ("qwen3_coder", "think")
+    assert lines == ["reasoning think: the chat template writes '<think>'"]
+    cfg, lines = settle(load_config(model=model, settle=False))
+    assert (cfg.tool_format, lines[0]) == ("hermes", "tool format hermes: the chat template writes '<tool_call>'")
+    assert settle(cfg) == (cfg, [])
+
+
+def test_load_config_settles_auto_for_a_local_directory() -> None:
+    cfg = load_config(model=str(FIXTURES / "openai--gpt-oss-120b"))
+    assert (cfg.tool_format, cfg.reasoning) == ("harmony", "")
+    assert load_config(model=str(FIXTURES / "openai--gpt-oss-120b"), reasoning="think").reasoning == "think"
+
+
+def _with_call(source: str, specials: dict[str, str], user: dict) -> str:
+    """The conversation with one assistant call, in the first message shape the template writes a call
+    for: templates differ on null vs empty content (R1 writes calls only with null content)."""
+    for content in (None, ""):
+        call = {"role": "assistant", "content": content,
+                "tool_calls": [{"id": "a1b2c3d4e", "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+        try:
+            out = render_template(source, specials, [user, call], [WEATHER], add_generation_prompt=False)
+        except PromptError:  # most templates need a string content
+            continue
+        if out.count("Paris") > 1:  # the user's message names it once; the call is written too
+            return out
+    raise AssertionError("the template wrote no call")
