@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos chaos-cluster bench train eval lint clean venv-vllm test-vllm
+.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos chaos-cluster bench gpu-check train eval lint clean venv-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -70,6 +70,9 @@ test-vllm: $(VLLM_VENV)/.installed
 
 bench: install           ## every benchmark; results in bench/results/
 	$(VENV)/bin/turnstream bench all
+
+gpu-check: install       ## on a CUDA machine: GPU tests + small benches, one report (docs/gpu.md); elsewhere says so
+	$(PY) scripts/gpu_check.py
 
 # Retrain the bundled model from nothing, in seven phases (each resumable: rerun to continue; a phase whose
 # pick exists is skipped, and so is every earlier phase once a later phase's pick exists).

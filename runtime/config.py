@@ -5,7 +5,8 @@ Precedence: explicit flag > environment variable > default.  Invalid values rais
 
 Every key is declared once, below, with its default, its help text and the processes that
 read it (``Config.keys_for``): the CLI offers each process exactly its own flags, with that
-help and default, and the README's configuration table lists the same keys.
+help and default, and docs/configuration.md (generated: ``python -m turnstream.docs configuration``)
+lists the same keys.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from training import lineage
 from training.datagen import DATA_VERSIONS, DialogueGen, learned_turns, render_dialogue
 from training.export import PAD_ID, load_hf_dir, save_hf_dir
 from training.model import ModelConfig, Qwen2
@@ -233,13 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_hf_dir(args.init_from)
         model.train()
         tok.save(str(args.out / "tokenizer.json"))
-        # how the starting model was trained, for the card: its state becomes init_state.txt, its own
-        # starting models' (init_state.txt, init_init_state.txt, ...) move one init_ further back
-        copies = [("train_state.txt", "init_state.txt"), ("curve.jsonl", "init_curve.jsonl")]
-        copies += [(p.name, "init_" + p.name) for p in args.init_from.glob("init_*state.txt")]
-        for src, dst in copies:
-            if (args.init_from / src).exists():
-                shutil.copy2(args.init_from / src, args.out / dst)
+        # how the starting model was trained and its learning curve, for the watcher and the card
+        lineage.write(args.out / lineage.INIT_LINEAGE, lineage.read(args.init_from))
+        if (args.init_from / "curve.jsonl").exists():
+            shutil.copy2(args.init_from / "curve.jsonl", args.out / "init_curve.jsonl")
         cfg = model.cfg
     else:
         tok = build_tokenizer(args.out / "tokenizer.json", args.vocab_size)

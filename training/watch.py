@@ -20,13 +20,15 @@ from pathlib import Path
 
 import torch
 
+from training import lineage
 from training.backends import TorchBackend
 from training.card import build_card
 from training.evalsets import selection
 from training.evaluate import DEFAULT_MODEL, METRICS, evaluate, probe_report, report, run_set
+from training.lineage import parse_state
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json", "train_state.txt")
+                 "tokenizer_config.json")
 CURVE_SETS = ("indist", "harder")
 
 
@@ -54,32 +56,10 @@ def snapshots(run: Path) -> list[Path]:
     return sorted(snaps, key=lambda s: int(s.name[5:]))
 
 
-def parse_state(path: Path) -> dict:
-    """A ``train_state.txt``: step and seconds trained; threads, precision, lr schedules, data version,
-    peak lr, warm-up, machine and starting model where the trainer wrote them (older files have fewer)."""
-    state = dict((line.split(maxsplit=1) + [""])[:2] for line in path.read_text().splitlines() if line)
-    row: dict = {"step": int(state["step"]), "elapsed_s": float(state["elapsed_s"])}
-    for key, cast in (("threads", int), ("precision", str), ("data", str), ("lr", float), ("warmup", int),
-                      ("machine", str), ("init_from", str)):
-        if key in state:
-            row[key] = cast(state[key])
-    if "schedules" in state:
-        row["schedules"] = [[int(n) for n in part.split(":")] for part in state["schedules"].split(",")]
-    return row
-
-
-def init_states(run: Path, prefix: str = "init_") -> dict:
-    """``{"init": facts}`` of the model a run started from (``<run>/init_state.txt``, which the trainer
-    copied), with that model's own starting model under its ``init`` (``init_init_state.txt``) and so on;
-    ``{}`` for a run from nothing."""
-    path = run / f"{prefix}state.txt"
-    return {"init": parse_state(path) | init_states(run, "init_" + prefix)} if path.exists() else {}
-
-
 def train_state(snap: Path) -> dict:
     """The trainer's facts about a snapshot (``parse_state``); for a run that started from another model,
     that model's own facts under ``init``, and so on back to the phase trained from nothing."""
-    return parse_state(snap / "train_state.txt") | init_states(snap.parent.parent)
+    return parse_state(snap / "train_state.txt") | lineage.nested(lineage.ancestors(snap.parent.parent))
 
 
 def curve_point(snap: Path, scale: float) -> dict:
@@ -104,12 +84,13 @@ def pick(scores: dict[Path, float]) -> Path:
 
 
 def ship(snap: Path, row: dict, curve: list[dict], dest: Path) -> None:
-    """Copy the checkpoint to ``dest`` with its card and its learning curve (``curve.jsonl``)."""
+    """Copy the checkpoint to ``dest`` with its card, its learning curve (``curve.jsonl``) and how each phase
+    that made it was trained (``lineage.jsonl``: the run's starting models, then this snapshot)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_FILES:
         shutil.copy2(snap / name, dest / name)
-    for path in snap.parent.parent.glob("init_*state.txt"):  # how its starting models were trained
-        shutil.copy2(path, dest / path.name)
+    lineage.write(dest / lineage.LINEAGE,
+                  lineage.ancestors(snap.parent.parent) + [parse_state(snap / "train_state.txt")])
     (dest / "README.md").write_text(build_card(dest, row, curve))
     (dest / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
 

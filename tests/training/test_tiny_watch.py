@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training import watch
+from training import lineage, watch
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-agent"
 
@@ -17,9 +17,8 @@ def _snapshot(run: Path, step: int, complete: bool = True) -> Path:
     snap = run / "snapshots" / f"step-{step:06d}"
     snap.mkdir(parents=True)
     for name in watch.SHIPPED_FILES:
-        if name != "train_state.txt":  # the trainer writes it last: it marks a complete snapshot
-            shutil.copy2(MODEL_DIR / name, snap / name)
-    if complete:
+        shutil.copy2(MODEL_DIR / name, snap / name)
+    if complete:  # the trainer writes its state last: it marks a complete snapshot
         (snap / "train_state.txt").write_text(f"step {step}\nelapsed_s {step / 2}\n")
     return snap
 
@@ -119,9 +118,12 @@ def test_a_fine_tuning_run_reads_its_own_facts_and_the_starting_models(tmp_path:
                                        "schedules": [[0, 10000]], "data": "v2", "lr": 0.001, "warmup": 100,
                                        "machine": "2-core AMD EPYC (x86_64, native bf16: AVX-512 BF16), no GPU",
                                        "init_from": ".train/run1/pick"}
-    (tmp_path / "init_state.txt").write_text(PHASE1)
+    lineage.write(tmp_path / "init_lineage.jsonl", [lineage.facts(PHASE1)])
     row = watch.train_state(snap)
     assert row["init"]["step"] == 11441 and row["init"]["data"] == "v1" and row["init"]["lr"] == 0.003
+    (tmp_path / "init_lineage.jsonl").unlink()  # a run started before lineage.jsonl: its init_state.txt
+    (tmp_path / "init_state.txt").write_text(PHASE1)
+    assert watch.train_state(snap) == row
 
 
 def test_the_card_states_both_phases_of_a_two_phase_model() -> None:
@@ -151,9 +153,9 @@ PHASE2 = ("step 7000\nelapsed_s 5417\nthreads 2\nprecision bf16\nschedules 0:700
 
 
 def test_a_third_phase_reads_the_chain_of_starting_models_and_ships_it_on(tmp_path: Path) -> None:
-    """Phase 3 starts from phase 2's pick, which started from phase 1's: the trainer copied their facts to
-    init_state.txt and init_init_state.txt; the card states all three, and the shipped directory carries
-    the chain so that a fourth phase could start from it."""
+    """Phase 3 starts from phase 2's pick, which started from phase 1's: the trainer wrote their facts to
+    init_lineage.jsonl; the card states all three, and the shipped directory carries the three phases in
+    its lineage.jsonl so that a fourth phase could start from it."""
     from training.card import phases_text, reproduce_text, trained_text
 
     run = tmp_path / "run3"
@@ -161,8 +163,7 @@ def test_a_third_phase_reads_the_chain_of_starting_models_and_ships_it_on(tmp_pa
     (snap / "train_state.txt").write_text("step 3000\nelapsed_s 1500\nthreads 2\nprecision bf16\nschedules 0:3000\n"
                                           "data v3\nlr 0.0005\nwarmup 100\nmachine 2-core Intel(R) Xeon(R) "
                                           "Processor (x86_64, native bf16: AMX), no GPU\ninit_from .train/run2/pick\n")
-    (run / "init_state.txt").write_text(PHASE2)
-    (run / "init_init_state.txt").write_text(PHASE1)
+    lineage.write(run / "init_lineage.jsonl", [lineage.facts(PHASE1), lineage.facts(PHASE2)])
     row = watch.train_state(snap)
     assert [row["step"], row["init"]["step"], row["init"]["init"]["step"]] == [3000, 7000, 11441]
     assert "init" not in row["init"]["init"]
@@ -180,7 +181,10 @@ def test_a_third_phase_reads_the_chain_of_starting_models_and_ships_it_on(tmp_pa
     dest = tmp_path / "shipped"
     figures = {name: dict.fromkeys(watch.METRICS, 0.9) | {"n": 10} for name in ("indist", "harder", "legacy")}
     watch.ship(snap, row | figures, [], dest)
-    assert (dest / "init_state.txt").read_text() == PHASE2 and (dest / "init_init_state.txt").read_text() == PHASE1
+    own = lineage.parse_state(snap / "train_state.txt")
+    assert lineage.read(dest) == [lineage.facts(PHASE1), lineage.facts(PHASE2), own]
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*watch.SHIPPED_FILES, "README.md", "curve.jsonl",
+                                                             "lineage.jsonl"])
     assert "three phases" in (dest / "README.md").read_text()
 
 
@@ -204,17 +208,20 @@ def test_a_fine_tuning_runs_curve_follows_the_starting_models(tmp_path: Path) ->
 def test_make_train_runs_the_phases_that_made_the_shipped_model() -> None:
     """`make train` reproduces the bundled model: its trainer commands, first to last, carry the data version,
     schedule length, peak lr, warm-up, threads and starting model that the shipped directory's recorded
-    states (``train_state.txt`` and its ``init_*state.txt`` chain) say each phase had."""
+    lineage (``lineage.jsonl``) says each phase had, and the card states that lineage."""
     import subprocess
 
-    from training.card import phase_chain
+    from training.card import phase_chain, phases_text
     from training.train import parse_args
 
     out = subprocess.run(["make", "-n", "train"], cwd=MODEL_DIR.parents[1], capture_output=True, text=True,
                          check=True).stdout
     commands = [parse_args(line.split("training.train ", 1)[1].split(";")[0].split())
                 for line in out.splitlines() if "-m training.train " in line]
-    chain = phase_chain(watch.parse_state(MODEL_DIR / "train_state.txt") | watch.init_states(MODEL_DIR))
+    chain = lineage.read(MODEL_DIR)
+    row = chain[-1] | lineage.nested(chain[:-1])
+    assert [state["step"] for state in phase_chain(row)] == [state["step"] for state in chain]
+    assert phases_text(row, "unused") in (MODEL_DIR / "README.md").read_text()
     assert len(commands) == len(chain) > 1
     for i, (args, state) in enumerate(zip(commands, chain)):
         assert (args.data, args.steps, args.lr, args.warmup, args.threads) == (
