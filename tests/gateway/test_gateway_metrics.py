@@ -6,21 +6,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import websockets
-from prometheus_client.parser import text_string_to_metric_families
 from gateway_harness import MODEL, GwStack, event_bytes
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.frames import make_frame
 from gateway.metrics import Metrics, api_of
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded, TurnEnded, TurnStarted
 from turnstream.embedded import free_port
-from turnstream.stack import spawn_kind, stop_all
+from turnstream.stack import spawn_kind, stop_all, wait_ready
 
 GATEWAY_CONFIG = {"replay_rate": 100}  # a turn of 60 tokens streams for ~0.6 s: long enough to follow
 _IDS = itertools.count(1)
@@ -86,15 +85,7 @@ def second_gateway(gw: GwStack) -> Iterator[str]:
     proc = spawn_kind("gateway", cfg)
     url = f"http://{cfg.host}:{cfg.port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_ready(url, [("gateway", proc)])
         yield url
     finally:
         stop_all([proc])
