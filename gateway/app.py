@@ -1,6 +1,6 @@
 """The FastAPI application: state is all in Redis; one app (and one relay reader) per process.
 
-Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
+Request path, outermost first: ``RequestMetrics`` (counts ``/v1/*`` by API and status) -> ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
 ``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
 (``gateway.openai_api``, ``gateway.responses_api``, ``gateway.anthropic_api``, ``gateway.sessions``,
@@ -31,8 +31,8 @@ from gateway.anthropic_api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
 from gateway.context import ContextCheck
 from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
-from gateway.metrics import CONTENT_TYPE, Metrics
-from gateway.openai_api import router as openai_router
+from gateway.metrics import CONTENT_TYPE, Metrics, RequestMetrics
+from gateway.openai_api import router as openai_router, served_model
 from gateway.relay import Relay, RelayUnavailable
 from gateway.responses_api import router as responses_router
 from gateway.session_ops import SessionOps
@@ -56,7 +56,7 @@ def create_app(cfg: Config) -> FastAPI:
         s = app.state
         s.cfg, s.keyring, s.started = cfg, keyring, int(time.time())
         s.redis = bus.connect(cfg.redis_url)
-        s.metrics = Metrics()
+        s.metrics = Metrics(served_model(cfg))
         s.catalog = ToolCatalog(s.redis)  # the server tools sessions may use, as the tool workers publish them
         s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
         s.ops = SessionOps(cfg, s.redis, s.metrics)
@@ -87,7 +87,8 @@ def create_app(cfg: Config) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_request_bytes, check=strict_json.check_body)
     app.add_middleware(AuthMiddleware)  # authenticate before reading the body
     app.add_middleware(HeaderLimitMiddleware, limit=cfg.max_header_bytes)
-    app.add_middleware(errors.ErrorBoundary)  # added last = outermost
+    app.add_middleware(errors.ErrorBoundary)
+    app.add_middleware(RequestMetrics)  # added last = outermost: it sees every response's status
     app.include_router(openai_router)
     app.include_router(responses_router)
     app.include_router(anthropic_router)

@@ -1,26 +1,43 @@
 """Prometheus metrics of one gateway process (``GET /metrics``, text format).
 
 Event-derived metrics are observed by the relay's shared reader, once per event per process,
-for the sessions this process relays (every API request and every subscribed session); a
-session relayed by two replicas is counted by both.  Queue depths and the workers' load are
-read from Redis at scrape time; the per-worker series come from live heartbeats only, so a
-dead worker's series disappear with it.
+for the sessions this process relays (every API request and every subscribed session).  **Each
+event is counted once however many replicas relay it**: only the gateway that accepted a run
+counts it (``accepted``: the request that queued its first turn came in here), from that run's
+turn.started to its session.ended, continuations included; another replica relaying the same
+session (a client following it there) counts nothing of it.  A session whose accepting gateway does
+not relay it (the sessions API, created on one replica and followed only on another) is counted by
+nobody.  Queue depths and the workers' load are read from Redis at scrape time; the per-worker
+series come from live heartbeats only, so a dead worker's series disappear with it.
 
-    turnstream_completion_tokens_total          rate() = generated tokens/s (relayed sessions)
+The request and token series carry ``model_name`` (the served model id, as vLLM's ``vllm:*`` series
+do); vLLM's name for the same fact is given where there is one.
+
+    turnstream_requests_total{api,status}       HTTP requests of each API (chat_completions, messages,
+                                                responses, sessions, ...) by response status
+    turnstream_request_finished_total{api,finish_reason}   runs accepted here that ended, by the
+                                                session.ended reason (vllm:request_success_total)
+    turnstream_e2e_request_latency_seconds{api} request accepted -> session.ended
+                                                (vllm:e2e_request_latency_seconds)
+    turnstream_completion_tokens_total          rate() = generated tokens/s (vllm:generation_tokens_total)
     turnstream_turn_tokens_per_second           per turn: completion tokens / (turn.ended - turn.started)
-    turnstream_time_to_first_token_seconds      request accepted here -> first token event of turn 0
+    turnstream_time_to_first_token_seconds      request accepted here -> first token event of its first turn
+                                                (vllm:time_to_first_token_seconds)
     turnstream_continuation_ttft_seconds        last tool.result of a turn -> first token of the next
                                                 (the pinned-KV continuation: the headline latency)
     turnstream_time_per_output_token_seconds    per turn: (turn.ended - first token) / (tokens - 1)
+                                                (vllm:inter_token_latency_seconds)
     turnstream_dispatch_latency_seconds         tool_call.ready -> tool.started (server tools)
     turnstream_prompt_tokens_total / turnstream_cached_prompt_tokens_total   KV reuse (pin hits)
+                                                (vllm:prompt_tokens_total, vllm:prefix_cache_hits)
     turnstream_host_cached_prompt_tokens_total  of the cached ones, copied back from the host KV tier
     turnstream_pin_hit_ratio                    per turn: cached_tokens / prompt_tokens
     turnstream_queue_length{stream} / turnstream_queue_pending{stream}       XLEN / XPENDING of job streams
     turnstream_tool_queue_length{pool}          queued arq jobs per tool pool
     turnstream_decoder_tokens_out_total{worker} tokens a live decoder generated since it started
     turnstream_decoder_requests{worker,state}   running / waiting sequences of a live decoder
-    turnstream_decoder_kv_usage{worker}         used share of a live decoder's KV blocks (native engine)
+                                                (vllm:num_requests_running / _waiting)
+    turnstream_decoder_kv_usage{worker}         used share of a live decoder's KV blocks (vllm:kv_cache_usage_perc)
     turnstream_processes_alive{kind}            live processes by kind (heartbeats)
     turnstream_relay_*                          subscribers, watched sessions; relayed events and
                                                 dropped clients (counters)
@@ -28,9 +45,11 @@ dead worker's series disappear with it.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -41,14 +60,29 @@ from redis.exceptions import ResponseError
 from gateway.frames import Frame
 from runtime.heartbeat import live
 from schemas import keys
-from schemas.events import (ContentDelta, Event, ReasoningDelta, ToolCallBegin, ToolCallReady, ToolResult,
-                            ToolStarted, TurnEnded, TurnStarted)
+from schemas.events import (ContentDelta, Event, ReasoningDelta, SessionEnded, ToolCallBegin, ToolCallReady,
+                            ToolResult, ToolStarted, TurnEnded, TurnStarted)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_E2E_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 _TRACKED = 10_000  # bounded memory for per-session timing state
 _FIRST_OUTPUT = {c.__struct_config__.tag for c in (ContentDelta, ReasoningDelta, ToolCallBegin)}  # a turn's first output
-_READ = {c.__struct_config__.tag for c in (TurnStarted, TurnEnded, ToolCallReady, ToolStarted, ToolResult)}  # decoded
+_READ = {c.__struct_config__.tag for c in (TurnStarted, TurnEnded, ToolCallReady, ToolStarted, ToolResult,
+                                           SessionEnded)}  # decoded
+_TURN_STARTED = TurnStarted.__struct_config__.tag
+# The API label of a /v1/ path's first segment (a fixed set: a label never takes a client's text).
+_APIS = {"chat": "chat_completions", "completions": "completions", "messages": "messages",
+         "responses": "responses", "sessions": "sessions", "models": "models", "tools": "tools"}
+_API: contextvars.ContextVar[str] = contextvars.ContextVar("turnstream_api", default="other")
+
+
+def api_of(path: str) -> str | None:
+    """The API a request path belongs to (the ``api`` label), or None outside ``/v1/``."""
+    parts = path.split("/", 3)
+    if len(parts) < 3 or parts[0] or parts[1] != "v1":
+        return None
+    return _APIS.get(parts[2], "other")
 
 
 class _Bounded(OrderedDict):
@@ -56,6 +90,48 @@ class _Bounded(OrderedDict):
         self[key] = value
         while len(self) > _TRACKED:
             self.popitem(last=False)
+
+
+@dataclass
+class _Run:
+    """A run this process accepted: from the request that queued its first turn to its session.ended."""
+
+    api: str
+    accepted_at: float
+    first_output: bool = False
+    ended: bool = False
+
+
+class RequestMetrics:
+    """ASGI middleware (outermost): counts each ``/v1/`` HTTP request by API and response status, and names
+    the API to ``Metrics.accepted`` through a context variable (the route's call into the session
+    operations runs in the request's context)."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[..., Awaitable[Any]],
+                       send: Callable[..., Awaitable[None]]) -> None:
+        api = api_of(scope["path"]) if scope["type"] in ("http", "websocket") else None
+        if api is None:
+            await self.app(scope, receive, send)
+            return
+        status = 500  # unless a response starts
+
+        async def seen(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        token = _API.set(api)
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            _API.reset(token)
+            if scope["type"] == "http":
+                metrics = scope["app"].state.metrics
+                metrics.requests.labels(metrics.model_name, api, status).inc()
 
 
 class _Scraped:
@@ -93,26 +169,38 @@ class _Scraped:
 class Metrics:
     """The metric families, the relay's observer, and the scrape-time refresh."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "turnstream") -> None:
+        self.model_name = model_name
         self.registry = reg = CollectorRegistry()
-        self.completion_tokens = Counter("turnstream_completion_tokens", "Generated tokens", registry=reg)
-        self.turn_rate = Histogram("turnstream_turn_tokens_per_second", "Decode rate of one turn", registry=reg,
-                                   buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000))
-        self.ttft = Histogram("turnstream_time_to_first_token_seconds", "Request to first token of turn 0",
-                              registry=reg, buckets=_LATENCY_BUCKETS)
+        m = ["model_name"]
+        self.requests = Counter("turnstream_requests", "HTTP requests by API and response status",
+                                [*m, "api", "status"], registry=reg)
+        self.finished = Counter("turnstream_request_finished", "Runs accepted here that ended, by the "
+                                "session.ended reason", [*m, "api", "finish_reason"], registry=reg)
+        self.e2e = Histogram("turnstream_e2e_request_latency_seconds", "Request accepted to session.ended",
+                             [*m, "api"], registry=reg, buckets=_E2E_BUCKETS)
+        self.completion_tokens = Counter("turnstream_completion_tokens", "Generated tokens", m,
+                                         registry=reg).labels(model_name)
+        self.turn_rate = Histogram("turnstream_turn_tokens_per_second", "Decode rate of one turn", m, registry=reg,
+                                   buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)).labels(model_name)
+        self.ttft = Histogram("turnstream_time_to_first_token_seconds", "Request to the first token of its first "
+                              "turn", m, registry=reg, buckets=_LATENCY_BUCKETS).labels(model_name)
         self.continuation_ttft = Histogram("turnstream_continuation_ttft_seconds", "Last tool result of a turn to "
-                                           "the first token of the next", registry=reg, buckets=_LATENCY_BUCKETS)
-        self.tpot = Histogram("turnstream_time_per_output_token_seconds", "Inter-token latency of one turn",
-                              registry=reg, buckets=_LATENCY_BUCKETS)
-        self.dispatch = Histogram("turnstream_dispatch_latency_seconds", "tool_call.ready to tool.started",
-                                  registry=reg, buckets=_LATENCY_BUCKETS)
-        self.prompt_tokens = Counter("turnstream_prompt_tokens", "Prompt tokens of admitted turns", registry=reg)
+                                           "the first token of the next", m, registry=reg,
+                                           buckets=_LATENCY_BUCKETS).labels(model_name)
+        self.tpot = Histogram("turnstream_time_per_output_token_seconds", "Inter-token latency of one turn", m,
+                              registry=reg, buckets=_LATENCY_BUCKETS).labels(model_name)
+        self.dispatch = Histogram("turnstream_dispatch_latency_seconds", "tool_call.ready to tool.started", m,
+                                  registry=reg, buckets=_LATENCY_BUCKETS).labels(model_name)
+        self.prompt_tokens = Counter("turnstream_prompt_tokens", "Prompt tokens of admitted turns", m,
+                                     registry=reg).labels(model_name)
         self.cached_tokens = Counter("turnstream_cached_prompt_tokens", "Prompt tokens served from KV cache/pins",
-                                     registry=reg)
+                                     m, registry=reg).labels(model_name)
         self.host_cached_tokens = Counter("turnstream_host_cached_prompt_tokens", "Of the cached prompt tokens, "
-                                          "those copied back from the host KV tier", registry=reg)
-        self.pin_hit = Histogram("turnstream_pin_hit_ratio", "cached_tokens / prompt_tokens per turn", registry=reg,
-                                 buckets=(0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0))
+                                          "those copied back from the host KV tier", m, registry=reg).labels(model_name)
+        self.pin_hit = Histogram("turnstream_pin_hit_ratio", "cached_tokens / prompt_tokens per turn", m,
+                                 registry=reg, buckets=(0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0),
+                                 ).labels(model_name)
         self.queue_length = Gauge("turnstream_queue_length", "XLEN of a job stream", ["stream"], registry=reg)
         self.queue_pending = Gauge("turnstream_queue_pending", "XPENDING of a job stream's group", ["stream"],
                                    registry=reg)
@@ -125,7 +213,8 @@ class Metrics:
         reg.register(_Scraped(self))
         self.beats: dict[str, dict[str, Any]] = {}
         self.relay: object = None
-        self._requests: _Bounded = _Bounded()  # sid -> request time (for TTFT)
+        self._pending: _Bounded = _Bounded()  # sid -> _Run accepted here, until the first of its events goes by
+        self._runs: _Bounded = _Bounded()  # sid -> _Run: the sessions whose events this process counts
         self._turns: _Bounded = _Bounded()  # (sid, turn) -> [turn.started ts, first token ts]
         self._ready: _Bounded = _Bounded()  # (sid, turn, index) -> tool_call.ready ts
         self._last_result: _Bounded = _Bounded()  # sid -> ts of its latest tool.result
@@ -134,17 +223,26 @@ class Metrics:
 
     # ------------------------------------------------------------------ event observer
     def accepted(self, sid: str) -> None:
-        """A session's first turn was requested now (the TTFT clock starts)."""
-        self._requests.put(sid, time.time())
+        """A request that came in here queued a run of ``sid`` now (the TTFT and end-to-end clocks start):
+        this process counts that run's events."""
+        self._pending.put(sid, _Run(_API.get(), time.time()))
 
     def observe(self, sid: str, frame: Frame) -> None:
         """Called by the relay's shared reader once per event; decodes only what it reads: a turn's
-        first output, and the kinds in ``_READ``."""
-        if frame.kind in _FIRST_OUTPUT:
-            if sid in self._requests or sid in self._awaiting:
-                self._first_token(sid, frame.event)
+        first output, and the kinds in ``_READ``; counts only the runs accepted here."""
+        kind = frame.kind
+        if kind not in _FIRST_OUTPUT and kind not in _READ:
             return
-        if frame.kind not in _READ:
+        if sid in self._pending:  # the first event here of a run accepted here (its turn.started may be history)
+            self._runs.put(sid, self._pending.pop(sid))
+        elif kind == _TURN_STARTED and not frame.event.body.continuation:
+            self._runs.pop(sid, None)  # a new run of this session, accepted by another replica
+        run = self._runs.get(sid)
+        if run is None:
+            return
+        if kind in _FIRST_OUTPUT:
+            if not run.first_output or sid in self._awaiting:
+                self._first_token(sid, run, frame.event)
             return
         ev = frame.event
         body = ev.body
@@ -160,11 +258,15 @@ class Metrics:
                 self.dispatch.observe(max(0.0, ev.ts - t))
         elif isinstance(body, ToolResult):
             self._last_result.put(sid, ev.ts)
+        elif isinstance(body, SessionEnded) and not run.ended:
+            run.ended = True  # the run stays ours: client tool results continue it
+            self.finished.labels(self.model_name, run.api, body.reason).inc()
+            self.e2e.labels(self.model_name, run.api).observe(max(0.0, time.time() - run.accepted_at))
 
-    def _first_token(self, sid: str, ev: Event) -> None:
-        t0 = self._requests.pop(sid, None)
-        if t0 is not None:
-            self.ttft.observe(max(0.0, time.time() - t0))
+    def _first_token(self, sid: str, run: _Run, ev: Event) -> None:
+        if not run.first_output:
+            run.first_output = True
+            self.ttft.observe(max(0.0, time.time() - run.accepted_at))
         if self._awaiting.get(sid) == ev.turn:
             self._awaiting.pop(sid, None)
         turn = self._turns.get((sid, ev.turn))

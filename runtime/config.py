@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "tiny-agent"
+# The bundled model: models/ in a checkout; an installed wheel has its copy inside the package (package data).
+_CHECKOUT_MODEL_DIR = REPO_ROOT / "models" / "tiny-agent"
+_PACKAGED_MODEL_DIR = REPO_ROOT / "turnstream" / "models" / "tiny-agent"
+DEFAULT_MODEL_DIR = _CHECKOUT_MODEL_DIR if _CHECKOUT_MODEL_DIR.is_dir() else _PACKAGED_MODEL_DIR
 ENV_PREFIX = "TURNSTREAM_"
 KINDS = ("gateway", "decode", "parser", "tools")  # the processes
 WORKERS = ("decode", "parser", "tools")
