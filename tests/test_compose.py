@@ -110,7 +110,7 @@ def test_gpu_profile_decodes_on_a_gpu_behind_one_load_balancer() -> None:
     [device] = decode["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     readers = set(next(f for f in fields(Config) if f.name == "model").metadata["kinds"])
-    assert readers == {"decode", "gateway"}
+    assert readers == {"decode", "gateway", "parser"}
     for name, svc in gpu.items():
         if name == "lb":
             continue
