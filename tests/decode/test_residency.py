@@ -64,6 +64,21 @@ def test_a_lapsed_grace_and_a_lapsed_pin_give_the_place_up() -> None:
     assert r.admit(GRACE + 0.1) == []  # 6 + 5 > 10 still
     assert r.next_deadline() == 5.0
     assert r.admit(5.1) == ["n0"]  # a's pin lapsed: alone
+    assert r.stats(5.1)["pins_lapsed"] == 1  # b's grace was no pin
+
+
+def test_a_session_whose_pin_lapsed_comes_back_at_its_rank_and_a_released_one_anew() -> None:
+    r = rule()
+    turn(r, "a", 40, 60, 0.0, pin_s=1.0)  # its tool runs longer than its pin
+    turn(r, "r", 20, 20, 0.0)
+    assert not r.ask("new", "n0", 50, 0.5)  # 6 + 2 + 5 > 10
+    assert r.admit(1.5) == ["n0"]  # a lapsed: 2 + 5 fit
+    assert r.stats(1.5)["pins_lapsed"] == 1
+    assert r.ask("a", "a1", 70, 2.0)  # back before "new": its continuation is sent
+    assert list(r.sessions) == ["a", "r", "new"]
+    r.release("r", 2.0)
+    assert not r.ask("r", "r1", 30, 2.5)  # released: it starts anew, last (7 + 5 + 3 > 10)
+    assert list(r.sessions) == ["a", "new", "r"]
 
 
 def test_a_withdrawn_request_gives_its_place_up() -> None:

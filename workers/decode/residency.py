@@ -7,7 +7,9 @@ the queue's head: the blocks freed longest ago are evicted first (``FreeKVCacheB
 memory pressure every new turn of another session evicts it, and its continuation recomputes
 the whole conversation.  Two rules, applied once per request, keep it instead:
 
-  admission  Sessions stand in the order they became resident.  A request is sent to vLLM when
+  admission  Sessions stand in the order they first became resident (one whose pin lapsed keeps its
+             rank when it comes back: its task began before the ones behind it; one released starts
+             anew).  A request is sent to vLLM when
              the blocks of every session before its own, plus its own, fit the pool; otherwise it
              waits, keeping its place.  The oldest always runs (as if alone); with room for all,
              nothing waits.  A continuation of a resident session is old, so it goes first, and a
@@ -35,16 +37,21 @@ rule lets it go, an abort ends its wait, or the caller leaves.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 GRACE_S = 2.0  # a finished request's place is kept this long for the decoder's pin to arrive
+MAX_LAPSED = 4096  # ranks remembered for sessions whose pin lapsed
 
 
 @dataclass
 class _Session:
+    rank: int  # when it first became resident: the admission order
     blocks: int = 0  # blocks its KV fills: the kept context, or its live or waiting prompt, the larger
     live: int = 0  # its requests in vLLM
     waiting: list[str] = field(default_factory=list)  # its request ids waiting for room, in arrival order
@@ -66,10 +73,12 @@ class Residency:
         if capacity_blocks <= 0 or block_size <= 0:
             raise ValueError(f"residency: capacity {capacity_blocks} and block size {block_size} must be > 0")
         self.capacity, self.block_size, self.grace_s = capacity_blocks, block_size, grace_s
-        self.sessions: OrderedDict[str, _Session] = OrderedDict()  # in the order they became resident
+        self.sessions: OrderedDict[str, _Session] = OrderedDict()  # by rank
+        self.lapsed: OrderedDict[str, int] = OrderedDict()  # the ranks of sessions whose pin lapsed, oldest lapse first
+        self.ranks = 0
         self.clock = 0  # the free clock: ticks whenever a session's blocks are freed into vLLM's queue
         self.ended = 0  # the free clock's reading when the latest session that left had freed its blocks
-        self.admission_waits = self.refreshes = 0
+        self.admission_waits = self.refreshes = self.pins_lapsed = 0
 
     def blocks(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -77,9 +86,7 @@ class Residency:
     def ask(self, session: str, rid: str, prompt_tokens: int, now: float) -> bool:
         """A request wants to be sent: True if it may go now; otherwise it waits (see ``admit``)."""
         self._lapse(now)
-        s = self.sessions.get(session)
-        if s is None:
-            s = self.sessions[session] = _Session()
+        s = self.sessions.get(session) or self._enter(session)
         s.blocks = max(s.blocks, self.blocks(prompt_tokens))
         if not s.waiting and self._room_for(session):
             s.live += 1
@@ -126,7 +133,7 @@ class Residency:
         s = self.sessions.get(session)
         if s is None:
             return False
-        s.pinned_until = now + seconds
+        s.pinned_until, s.grace_until = now + seconds, 0.0  # the grace only waited for this
         return True
 
     def release(self, session: str, now: float) -> None:
@@ -159,7 +166,7 @@ class Residency:
         return dict(pinned_sessions=len(pinned), pinned_blocks=sum(s.blocks for s in pinned),
                     resident_sessions=len(self.sessions), owed_blocks=sum(s.blocks for s in self.sessions.values()),
                     admission_waiting=sum(len(s.waiting) for s in self.sessions.values()),
-                    admission_waits=self.admission_waits, refreshes=self.refreshes)
+                    admission_waits=self.admission_waits, refreshes=self.refreshes, pins_lapsed=self.pins_lapsed)
 
     def _room_for(self, session: str) -> bool:
         before = 0
@@ -169,11 +176,31 @@ class Residency:
             before += s.blocks
         raise KeyError(session)
 
+    def _enter(self, session: str) -> _Session:
+        """A session becomes resident: last, or back at its old rank (the order is rebuilt, O(n))."""
+        rank = self.lapsed.pop(session, None)
+        if rank is None:
+            self.ranks += 1
+            s = self.sessions[session] = _Session(rank=self.ranks)
+            return s
+        s = _Session(rank=rank)
+        items = [*self.sessions.items(), (session, s)]
+        items.sort(key=lambda item: item[1].rank)
+        self.sessions = OrderedDict(items)
+        return s
+
     def _lapse(self, now: float) -> None:
         """Drop the sessions nothing holds any more; their blocks become the first to evict."""
         gone = [sid for sid, s in self.sessions.items() if not s.held(now)]
         for sid in gone:
-            self.ended = max(self.ended, self.sessions.pop(sid).freed)
+            s = self.sessions.pop(sid)
+            self.ended = max(self.ended, s.freed)
+            if s.pinned_until > 0.0:  # not released: the pin ran out before the session came back
+                self.pins_lapsed += 1
+                self.lapsed[sid] = s.rank
+                while len(self.lapsed) > MAX_LAPSED:
+                    self.lapsed.popitem(last=False)
+                log.info("sid=%s pin lapsed: its KV is no longer kept", sid)
 
 
 class Gate:
