@@ -81,6 +81,18 @@ def test_a_session_whose_pin_lapsed_comes_back_at_its_rank_and_a_released_one_an
     assert list(r.sessions) == ["a", "new", "r"]
 
 
+def test_each_session_is_counted_with_the_growth_of_one_more_turn() -> None:
+    r = Residency(20, BS, grace_s=GRACE)
+    for session, now in (("a", 0.0), ("b", 1.0)):  # two sessions whose prompts grow 4 blocks a turn
+        turn(r, session, 30, 40, now)
+        assert r.ask(session, f"{session}1", 70, now + 0.5)
+        r.finished(session, 80, now + 0.5)
+    assert r.growth == pytest.approx(4 * (1 - 0.75**2))  # a moving average: 1.75 -> 2 blocks a session
+    assert not r.ask("new", "n0", 30, 2.0)  # 8 + 8 + 3 fit the 20 blocks; with 2 + 2 + 2 more they do not
+    r.release("b", 2.0)
+    assert r.admit(2.0) == ["n0"]
+
+
 def test_a_withdrawn_request_gives_its_place_up() -> None:
     r = rule()
     turn(r, "a", 40, 60, 0.0)
@@ -108,13 +120,13 @@ def test_refresh_moves_kept_sessions_behind_ended_ones_only_under_pressure() -> 
 
 
 def test_only_idle_pinned_sessions_are_refreshed_and_reported() -> None:
-    r = rule()
+    r = Residency(20, BS, grace_s=GRACE)
     turn(r, "graced", 20, 30, 0.0, pin_s=None)  # a finished request's grace: kept in place, not pinned
     turn(r, "live", 20, 30, 0.0)
     assert r.ask("live", "l1", 40, 0.5)  # pinned but running: nothing to refresh
     turn(r, "e", 10, 10, 1.0, pin_s=None)
     r.release("e", 1.0)
-    assert r.ask("c", "c0", 20, 1.0)
+    assert r.ask("c", "c0", 60, 1.0)  # 3 + 4 + 6 blocks owed: over half the pool
     assert r.to_refresh(1.0) == []
     stats = r.stats(1.0)
     assert (stats["pinned_sessions"], stats["pinned_blocks"]) == (1, 4)  # "live" only, at its prompt's size

@@ -9,9 +9,10 @@ the whole conversation.  Two rules, applied once per request, keep it instead:
 
   admission  Sessions stand in the order they first became resident (one whose pin lapsed keeps its
              rank when it comes back: its task began before the ones behind it; one released starts
-             anew).  A request is sent to vLLM when
-             the blocks of every session before its own, plus its own, fit the pool; otherwise it
-             waits, keeping its place.  The oldest always runs (as if alone); with room for all,
+             anew).  A request is sent to vLLM when the blocks of every session before its own,
+             plus its own, fit the pool, each session counted with the growth of one more turn
+             (a moving average of how much a session's prompt grows from one request to its
+             next: the results its tools return); otherwise it waits, keeping its place.  The oldest always runs (as if alone); with room for all,
              nothing waits.  A continuation of a resident session is old, so it goes first, and a
              new session waits until a session before it ends.
   refresh    Before a request is sent while the resident sessions owe more than half the pool,
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 GRACE_S = 2.0  # a finished request's place is kept this long for the decoder's pin to arrive
+GROWTH_WEIGHT = 0.25  # of the latest sample in the moving average of a turn's growth
 MAX_LAPSED = 4096  # ranks remembered for sessions whose pin lapsed
 
 
@@ -58,6 +61,7 @@ class _Session:
     pinned_until: float = 0.0
     grace_until: float = 0.0
     freed: int = 0  # when (on the free clock) its blocks last went to vLLM's free queue
+    asked: int = 0  # blocks of its latest request's prompt
 
     def idle(self) -> bool:
         return self.live == 0
@@ -79,6 +83,7 @@ class Residency:
         self.clock = 0  # the free clock: ticks whenever a session's blocks are freed into vLLM's queue
         self.ended = 0  # the free clock's reading when the latest session that left had freed its blocks
         self.admission_waits = self.refreshes = self.pins_lapsed = 0
+        self.growth = 0.0  # blocks a session's prompt grows by from one request to its next (moving average)
 
     def blocks(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -87,7 +92,10 @@ class Residency:
         """A request wants to be sent: True if it may go now; otherwise it waits (see ``admit``)."""
         self._lapse(now)
         s = self.sessions.get(session) or self._enter(session)
-        s.blocks = max(s.blocks, self.blocks(prompt_tokens))
+        n = self.blocks(prompt_tokens)
+        if s.asked:
+            self.growth += GROWTH_WEIGHT * (max(n - s.asked, 0) - self.growth)
+        s.blocks, s.asked = max(s.blocks, n), n
         if not s.waiting and self._room_for(session):
             s.live += 1
             return True
@@ -99,13 +107,13 @@ class Residency:
         """The waiting request ids that may go now (they become live), in one pass over the order."""
         self._lapse(now)
         admitted: list[str] = []
-        before = 0
+        before, reserve = 0, math.ceil(self.growth)
         for s in self.sessions.values():
-            if s.waiting and (before == 0 or before + s.blocks <= self.capacity):
+            if s.waiting and (before == 0 or before + s.blocks + reserve <= self.capacity):
                 admitted += s.waiting
                 s.live += len(s.waiting)
                 s.waiting = []
-            before += s.blocks
+            before += s.blocks + reserve
         return admitted
 
     def withdraw(self, session: str, rid: str, now: float) -> None:
@@ -169,11 +177,11 @@ class Residency:
                     admission_waits=self.admission_waits, refreshes=self.refreshes, pins_lapsed=self.pins_lapsed)
 
     def _room_for(self, session: str) -> bool:
-        before = 0
+        before, reserve = 0, math.ceil(self.growth)
         for sid, s in self.sessions.items():
             if sid == session:
-                return before == 0 or before + s.blocks <= self.capacity
-            before += s.blocks
+                return before == 0 or before + s.blocks + reserve <= self.capacity
+            before += s.blocks + reserve
         raise KeyError(session)
 
     def _enter(self, session: str) -> _Session:
