@@ -12,9 +12,10 @@ the whole conversation.  Two rules, applied once per request, keep it instead:
              anew).  A request is sent to vLLM when the blocks of every session before its own,
              plus its own, fit the pool, each session counted with the growth of one more turn
              (a moving average of how much a session's prompt grows from one request to its
-             next: the results its tools return); otherwise it waits, keeping its place.  The oldest always runs (as if alone); with room for all,
-             nothing waits.  A continuation of a resident session is old, so it goes first, and a
-             new session waits until a session before it ends.
+             next: the results its tools return); otherwise it waits, keeping its place.  The
+             oldest always runs (as if alone); with room for all, nothing waits.  A continuation
+             of a resident session is old, so it goes first, and a new session waits until a
+             session before it ends.
   refresh    Before a request is sent while the resident sessions owe more than half the pool,
              each idle pinned session whose blocks were freed before those of a session that has
              since ended is "refreshed": a one-token request over its remembered ids (all cache
