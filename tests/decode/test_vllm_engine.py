@@ -62,10 +62,17 @@ async def test_load_report_counts_prefix_hits(case: Case) -> None:
 
 
 @module_loop
-async def test_pin_and_release_are_accepted_and_change_nothing(case: Case) -> None:
-    case.engine.pin("s-pinned", 30.0)
-    case.engine.release("s-pinned")
-    assert case.engine.stats()["pinned_blocks"] == 0
+async def test_a_pin_keeps_a_finished_session_and_a_release_lets_it_go(case: Case) -> None:
+    case.engine.pin("s-never-seen", 30.0)  # not resident: nothing to keep
+    assert case.engine.stats()["pinned_sessions"] == 0
+    req = engine_contract.request()
+    deltas = await engine_contract.collect(case.engine, req)
+    assert case.engine.stats()["pinned_sessions"] == 0  # a finished request's grace is not a pin
+    case.engine.pin(req.session, 30.0)
+    kept = -(-(deltas[0].prompt_tokens + deltas[-1].completion_tokens) // BLOCK_SIZE)
+    assert (case.engine.stats()["pinned_sessions"], case.engine.stats()["pinned_blocks"]) == (1, kept)
+    case.engine.release(req.session)
+    assert (case.engine.stats()["pinned_sessions"], case.engine.stats()["pinned_blocks"]) == (0, 0)
 
 
 @module_loop

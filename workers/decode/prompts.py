@@ -62,5 +62,10 @@ class SessionPrompts:
         while len(self.records) > self.max_records:
             self.records.popitem(last=False)
 
+    def ids(self, session: str) -> tuple[int, ...]:
+        """The remembered ids of the session's last finished turn (empty if none)."""
+        record = self.records.get(session)
+        return record.ids if record else ()
+
     def forget(self, session: str) -> None:
         self.records.pop(session, None)

