@@ -87,9 +87,12 @@ async def test_leaving_the_stream_early_aborts_and_errors_are_raised() -> None:
             await _collect(engine, request("big", "s"))
         with pytest.raises(PromptError, match="rejected"):  # the template cannot render a message
             await _collect(engine, request("bad", "s", history=[{"role": "user"}]))
-        odd = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "tool_calls": 1}]
-        with pytest.raises(EngineError, match="request failed"):  # any other failure of one request
+        with pytest.raises(PromptError, match="rejected"):  # a malformed message the template trips on
+            odd = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "tool_calls": 1}]
             await _collect(engine, request("odd", "s", history=odd))
+        with pytest.raises(EngineError, match="request failed"):  # any other failure of one request
+            await _collect(engine, request("seed", "s", history=[{"role": "user", "content": "hi"}], temperature=1.0,
+                                           seed="not a number"))
         gen = engine.generate(request("r", "s", "hi", history=[{"role": "user", "content": "hi"}], max_tokens=20))
         async for _ in gen:
             break
