@@ -29,11 +29,12 @@ from fastapi.responses import JSONResponse
 from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
 from gateway.anthropic_format import MessageOptions, MessageStream
 from gateway.anthropic_plan import plan_messages, prompt
+from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
 from gateway.oneshot import OneshotRun, offered, open_session
-from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse, sse_typed
+from gateway.state import gateway_state
 from runtime.chat_template import PromptError
 
 router = APIRouter(tags=["anthropic"])
@@ -45,7 +46,7 @@ PING_S = 10.0
                               "description": "a Message, or its stream events when stream=true"}})
 async def create_message(body: MessagesRequest, request: Request, who: Caller) -> JSONResponse | EventStreamResponse:
     """Anthropic Messages (streamed and not); tool calls are returned as tool_use blocks."""
-    state = request.app.state
+    state = gateway_state(request)
     plan = plan_messages(state.cfg, body)
     sid, sub = await open_session(state, who, plan)
     stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
@@ -67,7 +68,7 @@ async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request, who: Caller) -> dict[str, int]:
     """The prompt tokens a Messages request with this conversation, system prompt and tools would use."""
-    state = request.app.state
+    state = gateway_state(request)
     p = prompt(state.cfg, body)
     try:
         n = await state.context.count(p.messages, p.tools)

@@ -37,7 +37,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.openai_format import ChatOptions, ChatStream, Diverged
+from gateway.openai_format import ChatOptions, ChatStream
+from gateway.translator import Diverged
 from schemas.events import Event, TurnStarted
 
 

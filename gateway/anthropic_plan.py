@@ -38,9 +38,8 @@ from pydantic import ValidationError
 from gateway.anthropic_bodies import (Block, CacheControl, CountTokensRequest, InputMessage, MessagesRequest,
                                       OtherBlock, TextBlock, ToolResultBlock, ToolUseBlock)
 from gateway.bodies import ToolDef
-from gateway.errors import ApiError
 from gateway.limits import check_counts
-from gateway.openai_api import check_model
+from gateway.validation import check_model, invalid, unique_names
 from runtime.config import Config
 
 KEEP_KV_S = {"5m": 300, "1h": 3600}
@@ -70,18 +69,13 @@ class MessagesPlan:
     thinking: bool  # reasoning is streamed as thinking blocks
 
 
-def invalid(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param, code="invalid_value")
-
-
 def prompt(cfg: Config, body: CountTokensRequest) -> Prompt:
     """Check the request against this deployment and map its conversation and tools (see the module doc)."""
     check_model(cfg, body.model)
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []))
     tools = [_tool(i, t) for i, t in enumerate(body.tools or [])]
     names = [t["function"]["name"] for t in tools]
-    if len(set(names)) != len(names):
-        raise invalid("tools", "tool names must be unique")
+    unique_names(names)
     named = _named(body, names)
     offer = body.tool_choice is None or body.tool_choice.type != "none"
     rendered = [t for t in tools if named is None or t["function"]["name"] == named] if offer else []

@@ -23,25 +23,14 @@ from fastapi import Request
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.openai_format import Diverged, UpstreamError
 from gateway.relay import Dropped, Relay, Subscription
 from gateway.session_ops import SessionOps
 from gateway.sse import while_connected
+from gateway.translator import Diverged, Translator, UpstreamError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
-from schemas.events import Event
 
 FAILURES = (UpstreamError, Diverged, Dropped)
-
-
-class Translator(Protocol):
-    """Session events -> one API's output items (pure)."""
-
-    ended: bool
-
-    def feed(self, ev: Event) -> list[Any]: ...
-
-    def finish(self) -> list[Any]: ...
 
 
 class Plan(Protocol):

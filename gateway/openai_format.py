@@ -29,20 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
-                            ToolCallBegin, TurnEnded, TurnRestarted, TurnStarted)
-
-
-class Diverged(Exception):
-    """A regenerated turn differs from the part of it already streamed."""
-
-
-class UpstreamError(Exception):
-    """The session failed (an ``error`` event, or ended with reason "error"); ``code`` is the event's."""
-
-    def __init__(self, message: str, code: str = "internal") -> None:
-        super().__init__(message)
-        self.code = code
+from gateway.translator import Diverged, StreamedText, UpstreamError
+from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
+                            TurnEnded, TurnRestarted, TurnStarted)
 
 
 @dataclass(frozen=True)
@@ -56,26 +45,6 @@ class ChatOptions:
     parallel: bool = True
     include_usage: bool = False
     tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
-
-
-class StreamedText:
-    """Text streamed once across attempts: ``add`` returns only what goes beyond what was sent."""
-
-    def __init__(self) -> None:
-        self.sent = ""
-        self.at = 0  # length of the current attempt's text
-
-    def restart(self) -> None:
-        self.at = 0
-
-    def add(self, delta: str) -> str:
-        start, self.at = self.at, self.at + len(delta)
-        overlap = min(self.at, len(self.sent))
-        if start < overlap and self.sent[start:overlap] != delta[: overlap - start]:
-            raise Diverged("regenerated text differs from what was streamed")
-        new = delta[max(0, len(self.sent) - start):]
-        self.sent += new
-        return new
 
 
 @dataclass

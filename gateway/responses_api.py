@@ -28,9 +28,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.openai_api import check_model
 from gateway.responses_body import CreateResponse, ResponseInputs
 from gateway.responses_format import ResponseStream
 from gateway.responses_items import item_objects
@@ -38,8 +38,9 @@ from gateway.responses_output import ResponseHead
 from gateway.responses_plan import Plan, build_prompt, plan
 from gateway.responses_read import current, owned, store_of
 from gateway.responses_run import ResponseRun, cancel_session, spawn_follower
-from gateway.sessions import Caller
 from gateway.sse import EventStreamResponse
+from gateway.state import gateway_state
+from gateway.validation import check_model
 from runtime.chat_template import PromptError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
@@ -51,7 +52,7 @@ _SSE = {200: {"content": {"text/event-stream": {}}, "description": "a Response o
 @router.post("/v1/responses", response_model=None, responses=_SSE)
 async def create_response(body: CreateResponse, request: Request, who: Caller) -> Any:
     """Create a model response (streamed with ``stream: true``; unattended with ``background: true``)."""
-    state = request.app.state
+    state = gateway_state(request)
     p = await plan(state, body, who.key_id)
     sid = await _session(state, p, who, body.max_output_tokens is not None)
     head = ResponseHead(sid, int(time.time()), p.echo)
@@ -96,7 +97,7 @@ async def _session(state: Any, p: Plan, who: Any, max_tokens_sent: bool) -> str:
 async def get_response(response_id: str, request: Request, who: Caller, stream: bool = False,
                        starting_after: int | None = Query(None, ge=-1)) -> Any:
     """A stored response; with ``stream=true`` its events after ``starting_after``, then live ones."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     if not stream:
         return await current(state, stored)
@@ -111,7 +112,7 @@ async def get_response(response_id: str, request: Request, who: Caller, stream: 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """Forget a stored response (a running one is cancelled first)."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     await cancel_session(state, stored.sid)
     await store_of(state).delete(stored.sid)
@@ -121,7 +122,7 @@ async def delete_response(response_id: str, request: Request, who: Caller) -> di
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """Cancel a running response; a cancelled one is returned as it is, a finished one is a 400."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     now = await current(state, stored)
     if now["status"] == "cancelled":
@@ -137,7 +138,7 @@ async def list_input_items(response_id: str, request: Request, who: Caller, afte
                            limit: int = Query(20, ge=1, le=100),
                            order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
     """The response's input items, newest first unless ``order=asc``, paged by item id."""
-    stored = await owned(request.app.state, response_id, who.key_id)
+    stored = await owned(gateway_state(request), response_id, who.key_id)
     items = stored.input if order == "asc" else stored.input[::-1]
     if after is not None:
         ids = [i["id"] for i in items]
@@ -157,7 +158,7 @@ class CountTokens(ResponseInputs):
 @router.post("/v1/responses/input_tokens")
 async def count_input_tokens(body: CountTokens, request: Request, who: Caller) -> dict[str, Any]:
     """How many tokens the request's input would take, rendered by the served model's own chat template."""
-    state = request.app.state
+    state = gateway_state(request)
     if body.model is not None:
         check_model(state.cfg, body.model)
     prompt = await build_prompt(state, body, who.key_id)

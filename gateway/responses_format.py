@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.openai_format import Diverged
 from gateway.responses_output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
+from gateway.translator import Diverged
 from schemas.events import (PARSE_BODIES, ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
                             ToolCallBegin, ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted,
                             TurnStarted)

@@ -23,16 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ApiError, forced_tool, unsupported
+from gateway import tool_schemas
+from gateway.errors import ApiError
 from gateway.limits import check_counts
-from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
 from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
                                     NamespaceTool, OtherChoice, ResponseInputs)
-from gateway import tool_schemas
 from gateway.responses_items import merge_system, normalize, to_messages
 from gateway.responses_output import Policy
 from gateway.responses_read import finished
 from gateway.server_tools import select
+from gateway.validation import (DEFAULT_MAX_TOKENS, check_format_type, check_model, forced_tool, served_model,
+                                unique_names, unsupported)
 
 # include values that change nothing here: no such items exist, or reasoning is never encrypted
 HARMLESS_INCLUDES = {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
@@ -166,9 +167,7 @@ async def _tools(state: Any, specs: list[Any]) -> _Tools:
         else:
             raise unsupported(f"tools[{i}].type", f"a tool of type {spec.type[:40]!r}")
     names = [t["function"]["name"] for t in out.rendered]
-    if len(set(names)) != len(names):
-        raise ApiError(400, "tools: tool names must be unique (across namespaces and server tools)",
-                       param="tools", code="invalid_value")
+    unique_names(names, "tool names (across namespaces and server tools)")
     return out
 
 
@@ -189,8 +188,7 @@ async def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
 def _check_format(fmt: dict[str, Any]) -> None:
     """``text.format``: text, json_object, or json_schema with a usable ``schema`` (400 otherwise)."""
     kind = fmt.get("type")
-    if kind not in ("text", "json_object", "json_schema"):
-        raise unsupported("text.format", f"type {str(kind)[:40]!r}")
+    check_format_type("text.format", kind)
     if kind == "json_schema":
         schema = fmt.get("schema")
         if not isinstance(schema, dict):

@@ -119,11 +119,9 @@ class ResponseRun:
 
 def spawn_follower(state: Any, run: ResponseRun) -> None:
     """Run ``run.follow()`` as a task the app keeps until it ends."""
-    if not hasattr(state, "response_followers"):
-        state.response_followers = set()
     task = asyncio.create_task(run.follow(), name=f"response-{run.sid}")
-    state.response_followers.add(task)
-    task.add_done_callback(state.response_followers.discard)
+    state.followers.add(task)
+    task.add_done_callback(state.followers.discard)
 
 
 async def cancel_session(state: Any, sid: str) -> None:

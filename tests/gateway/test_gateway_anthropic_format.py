@@ -14,10 +14,10 @@ from gateway.anthropic_bodies import MessagesRequest
 from gateway.anthropic_format import MessageOptions, MessageStream
 from gateway.anthropic_plan import plan_messages
 from gateway.errors import ApiError
-from gateway.openai_format import UpstreamError
+from gateway.translator import UpstreamError
 from runtime.config import load_config
-from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
-                            ToolCallBegin, TurnEnded, TurnRestarted, TurnStarted)
+from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
+                            TurnEnded, TurnRestarted, TurnStarted)
 
 EVENT = pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent)
 CFG = load_config(served_model_name="tiny")

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from gateway.openai_format import ChatOptions, ChatStream, Diverged, UpstreamError
-from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
-                            ToolCallBegin, ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
+from gateway.openai_format import ChatOptions, ChatStream
+from gateway.translator import Diverged, UpstreamError
+from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
+                            ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
 
 
 def ev(body: Any, attempt: int = 1, turn: int = 0) -> Event:
