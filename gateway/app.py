@@ -3,8 +3,8 @@
 Request path, outermost first: ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
 ``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
-(``gateway.openai_api``, ``gateway.responses_api``, ``gateway.anthropic_api``, ``gateway.sessions``,
-``gateway.streams``).
+(``gateway.openai.api``, ``gateway.responses.api``, ``gateway.anthropic.api``, ``gateway.sessions.api``,
+``gateway.sessions.streams``).
 Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
 ``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
 Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
@@ -27,18 +27,18 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gateway import errors, strict_json
-from gateway.anthropic_api import router as anthropic_router
+from gateway.anthropic.api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
 from gateway.context import ContextCheck
 from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics
-from gateway.openai_api import router as openai_router
+from gateway.openai.api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
-from gateway.responses_api import router as responses_router
-from gateway.session_ops import SessionOps
-from gateway.sessions import router as sessions_router
+from gateway.responses.api import router as responses_router
+from gateway.sessions.api import router as sessions_router
+from gateway.sessions.ops import SessionOps
+from gateway.sessions.streams import router as streams_router
 from gateway.state import GatewayState, State
-from gateway.streams import router as streams_router
 from runtime import bus
 from runtime.config import Config
 from runtime.heartbeat import Heartbeat, live

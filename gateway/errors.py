@@ -1,5 +1,5 @@
 """Every error the gateway returns, in OpenAI's shape (Anthropic's on the ``/v1/messages``
-routes: ``gateway.anthropic_errors``, chosen by the request's path).
+routes: ``gateway.anthropic.errors``, chosen by the request's path).
 
     {"error": {"message": str, "type": str, "param": str | null, "code": str | null}}
 
@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import anthropic_errors
+from gateway.anthropic import errors as anthropic_errors
 from runtime import bus
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from gateway.context import ContextCheck
 from gateway.limits import RateLimiter
 from gateway.metrics import Metrics
 from gateway.relay import Relay
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
 from runtime.config import Config
 from runtime.heartbeat import Heartbeat
 from runtime.tool_catalog import ToolCatalog

@@ -10,9 +10,9 @@ import anthropic
 import pydantic
 import pytest
 
-from gateway.anthropic_bodies import MessagesRequest
-from gateway.anthropic_format import MessageOptions, MessageStream
-from gateway.anthropic_plan import plan_messages
+from gateway.anthropic.bodies import MessagesRequest
+from gateway.anthropic.format import MessageOptions, MessageStream
+from gateway.anthropic.plan import plan_messages
 from gateway.errors import ApiError
 from gateway.translator import UpstreamError
 from runtime.config import load_config

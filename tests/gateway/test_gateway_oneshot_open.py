@@ -1,4 +1,4 @@
-"""gateway.oneshot: a session whose start fails leaves no watch in the relay; a stream that ends
+"""gateway.runner: a session whose start fails leaves no watch in the relay; a stream that ends
 before its session (the relay dropped it) cancels the session."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from standins import DroppedSubscription
 
-from gateway.oneshot import OneshotRun, open_session
+from gateway.runner import OneshotRun, open_session
 
 
 class RecordingRelay:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from gateway.openai_format import ChatOptions, ChatStream
+from gateway.openai.format import ChatOptions, ChatStream
 from gateway.translator import Diverged, UpstreamError
 from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
                             ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
@@ -174,8 +174,8 @@ def test_a_failed_session_raises() -> None:
 
 
 def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar() -> None:
-    from gateway.bodies import ChatRequest
-    from gateway.openai_api import plan_chat
+    from gateway.openai.bodies import ChatRequest
+    from gateway.openai.api import plan_chat
     from runtime.config import load_config
     from workers.decode.constraints import Calls, constraint_for
 

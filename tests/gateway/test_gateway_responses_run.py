@@ -1,4 +1,4 @@
-"""gateway.responses_run: a stream the relay dropped (a slow client) goes on when the response is stored,
+"""gateway.responses.run: a stream the relay dropped (a slow client) goes on when the response is stored,
 so the client can resume it with ``starting_after``; one not stored cannot be read again and is cancelled."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from standins import DroppedSubscription
 
-from gateway.responses_format import ResponseStream
-from gateway.responses_output import Policy, ResponseHead
-from gateway.responses_run import ResponseRun
+from gateway.responses.format import ResponseStream
+from gateway.responses.output import Policy, ResponseHead
+from gateway.responses.run import ResponseRun
 from runtime.session import Status
 
 HEAD = ResponseHead("s1", 1700000000, {"model": "tiny", "instructions": None, "tools": [], "tool_choice": "auto",

@@ -8,12 +8,12 @@
     GET    /v1/responses/{id}/input_items      its input items (after, limit, order)
     POST   /v1/responses/input_tokens          count a request's input tokens with the model's own template
 
-A response is a session (``gateway.session_ops``): its id is ``resp_<sid>``.  Without server
+A response is a session (``gateway.sessions.ops``): its id is ``resp_<sid>``.  Without server
 tools it is a one-turn session whose calls all go back to the client (as a chat completion);
 with server tools (``mcp`` tools) it is the server's loop (``SessionMode.RETURN_CALLS``): their
 calls run on the tool workers, and a turn that calls a client tool ends it.  Its events are
-translated by ``gateway.responses_format``; a stored one (``store``, the default) is kept by
-``gateway.responses_store`` for ``response_ttl_s`` and belongs to the API key that made it
+translated by ``gateway.responses.format``; a stored one (``store``, the default) is kept by
+``gateway.responses.store`` for ``response_ttl_s`` and belongs to the API key that made it
 (others get 404).  A follow-up with ``previous_response_id`` is a new session
 whose conversation is the stored one plus the new input, queued on the decoder that ran the
 previous one (it may still hold the KV).  A non-background client that disconnects cancels
@@ -31,13 +31,13 @@ from fastapi.responses import JSONResponse
 from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.responses_body import CreateResponse, ResponseInputs
-from gateway.responses_format import ResponseStream
-from gateway.responses_items import item_objects
-from gateway.responses_output import ResponseHead
-from gateway.responses_plan import Plan, build_prompt, plan
-from gateway.responses_read import current, owned, store_of
-from gateway.responses_run import ResponseRun, cancel_session, spawn_follower
+from gateway.responses.body import CreateResponse, ResponseInputs
+from gateway.responses.format import ResponseStream
+from gateway.responses.items import item_objects
+from gateway.responses.output import ResponseHead
+from gateway.responses.plan import Plan, build_prompt, plan
+from gateway.responses.read import current, owned, store_of
+from gateway.responses.run import ResponseRun, cancel_session, spawn_follower
 from gateway.sse import EventStreamResponse
 from gateway.state import gateway_state
 from gateway.validation import check_model

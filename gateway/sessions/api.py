@@ -1,4 +1,4 @@
-"""Session API (server-side agent loop), HTTP part; the event streams are in ``gateway.streams``.
+"""Session API (server-side agent loop), HTTP part; the event streams are in ``gateway.sessions.streams``.
 
     POST /v1/sessions                      create and start          -> 201 {id, status, ws_url, events_url}
     GET  /v1/sessions/{id}                 status, turn, conversation, last_event_id
@@ -15,10 +15,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from gateway.auth import Caller
-from gateway.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
+from gateway.openai.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
 from gateway.errors import ApiError
 from gateway.limits import check_counts
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
 from gateway.state import gateway_state
 from gateway.validation import check_format_type, forced_tool
 from runtime.routing import conversation_key

@@ -33,11 +33,11 @@ from pydantic import ValidationError
 
 from gateway import errors, strict_json
 from gateway.auth import Principal, reject, select_subprotocol
-from gateway.bodies import ToolResultIn
+from gateway.openai.bodies import ToolResultIn
 from gateway.errors import ApiError
 from gateway.frames import InvalidStreamId, StreamId, parse_id
 from gateway.relay import Dropped, Relay, Subscription
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
 from gateway.sse import EventStreamResponse, sse_comment, sse_event
 from gateway.state import GatewayState, gateway_state
 

@@ -1,9 +1,9 @@
 """Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-A Messages request is a oneshot session, as a chat completion is (``gateway.oneshot``): the
-conversation (``gateway.anthropic_plan``) becomes a new one-turn session whose tools are all
+A Messages request is a oneshot session, as a chat completion is (``gateway.runner``): the
+conversation (``gateway.anthropic.plan``) becomes a new one-turn session whose tools are all
 client tools, and the session's events are translated into Anthropic's stream events or one
-message (``gateway.anthropic_format``).  The decoder finds the KV of an earlier request of the
+message (``gateway.anthropic.format``).  The decoder finds the KV of an earlier request of the
 conversation by prefix, which is reported as ``usage.cache_read_input_tokens``.
 
 Streamed responses are ``event: <type>`` / ``data: <json>`` pairs; while nothing happens a
@@ -11,7 +11,7 @@ Streamed responses are ``event: <type>`` / ``data: <json>`` pairs; while nothing
 ``error`` event in Anthropic's error shape.  Clients authenticate with ``x-api-key`` or
 ``Authorization: Bearer`` (``gateway.auth``); ``anthropic-version`` and ``anthropic-beta``
 headers and query strings such as Claude Code's ``?beta=true`` are accepted and ignored.
-Every error on these routes is in Anthropic's shape (``gateway.anthropic_errors``).
+Every error on these routes is in Anthropic's shape (``gateway.anthropic.errors``).
 
 ``count_tokens`` renders the conversation exactly as the decoder will (the served model's own
 chat template, via ``runtime.chat_template``; the tokenizer is loaded once per process, on
@@ -26,13 +26,13 @@ from contextlib import aclosing
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
-from gateway.anthropic_format import MessageOptions, MessageStream
-from gateway.anthropic_plan import plan_messages, prompt
+from gateway.anthropic.bodies import CountTokensRequest, MessagesRequest
+from gateway.anthropic.format import MessageOptions, MessageStream
+from gateway.anthropic.plan import plan_messages, prompt
 from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.oneshot import OneshotRun, offered, open_session
+from gateway.runner import OneshotRun, offered, open_session
 from gateway.sse import EventStreamResponse, sse_typed
 from gateway.state import gateway_state
 from runtime.chat_template import PromptError

@@ -16,7 +16,7 @@ OpenAI-shaped form the decoder renders with the model's chat template.
 
 ``tool_choice``: ``none`` renders no tools; ``tool`` renders only that tool and forces the turn
 to call it, ``any`` forces a call of one (where the deployment's format can be forced, see
-``gateway.openai_api``); ``disable_parallel_tool_use`` returns only the first call.
+``gateway.openai.api``); ``disable_parallel_tool_use`` returns only the first call.
 ``cache_control`` anywhere (top level, system, message blocks, tools) sets
 ``params["keep_kv_s"]``: how long the decoder keeps the conversation's KV pinned after the
 turn (300 s for the default ``5m``, 3600 s for ``1h``; the longest wins; the decoder caps it).
@@ -35,9 +35,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.anthropic_bodies import (Block, CacheControl, CountTokensRequest, InputMessage, MessagesRequest,
+from gateway.anthropic.bodies import (Block, CacheControl, CountTokensRequest, InputMessage, MessagesRequest,
                                       OtherBlock, TextBlock, ToolResultBlock, ToolUseBlock)
-from gateway.bodies import ToolDef
+from gateway.openai.bodies import ToolDef
 from gateway.limits import check_counts
 from gateway.validation import check_model, invalid, unique_names
 from runtime.config import Config
@@ -57,7 +57,7 @@ class Prompt:
 
 @dataclass(frozen=True)
 class MessagesPlan:
-    """A validated Messages request, as a oneshot session (``gateway.oneshot.Plan``)."""
+    """A validated Messages request, as a oneshot session (``gateway.runner.Plan``)."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]

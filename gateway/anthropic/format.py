@@ -1,7 +1,7 @@
 """Session events -> Anthropic Messages stream events and message (pure: no I/O).
 
 ``MessageStream`` is a translator over the same core as chat completions: a
-``gateway.openai_format.ChatStream`` (tool_choice filtering, parallel calls, seamless
+``gateway.openai.format.ChatStream`` (tool_choice filtering, parallel calls, seamless
 regenerated turns, usage) turns events into deltas, and this module groups those deltas into
 Anthropic's content blocks and events, exactly as the ``anthropic`` package's types have them:
 
@@ -37,7 +37,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.openai_format import ChatOptions, ChatStream
+from gateway.openai.format import ChatOptions, ChatStream
 from gateway.translator import Diverged
 from schemas.events import Event, TurnStarted
 

@@ -18,7 +18,7 @@ not -- possible only with random sampling).  ``response()`` is the non-streaming
 built from the same state, so both modes return the same message.
 
 Policies applied to the output (the decoder only forces how a turn begins, see
-``gateway.openai_api``): only calls of offered functions (``ChatOptions.tools``) are returned,
+``gateway.openai.api``): only calls of offered functions (``ChatOptions.tools``) are returned,
 so with no tools there are none; with ``tool_choice: "none"`` calls are not returned; with a
 named function, calls of other functions are dropped; with ``parallel_tool_calls: false`` only
 the first call is returned.  ``finish_reason`` is ``tool_calls`` only when a call was returned.

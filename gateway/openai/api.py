@@ -11,7 +11,7 @@ request after tool results pays mostly for the new tokens.
 ``parallel_tool_calls`` are recorded in the session's params; the decoder turns them into the
 turn's grammar (``workers.decode.constraints``): calls name only offered tools, their arguments
 follow the tools' schemas, ``required``/named turns are calls, a request without tools never
-begins one.  The output is still filtered by the choice (``gateway.openai_format``).  A client
+begins one.  The output is still filtered by the choice (``gateway.openai.format``).  A client
 that disconnects mid-request cancels its session, which stops generation.
 """
 
@@ -27,11 +27,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway.auth import Caller
-from gateway.bodies import ChatRequest, NamedToolChoice
+from gateway.openai.bodies import ChatRequest, NamedToolChoice
 from gateway.errors import not_found
 from gateway.limits import check_counts
-from gateway.oneshot import OneshotRun, offered, open_session
-from gateway.openai_format import ChatOptions, ChatStream
+from gateway.runner import OneshotRun, offered, open_session
+from gateway.openai.format import ChatOptions, ChatStream
 from gateway.sse import EventStreamResponse, sse_json
 from gateway.state import gateway_state
 from gateway.validation import (DEFAULT_MAX_TOKENS, accepted_models, check_format_type, check_model, forced_tool,

@@ -12,7 +12,7 @@ already has (``starting_after``).  Three ways to consume it:
 * ``collect()``  -- the final Response object (non-streaming request; leaving cancels too).
 * ``follow()``   -- consume to the end with nobody listening (``background: true``).
 
-Each finalizes a stored response when it sees the session end (``gateway.responses_read``).
+Each finalizes a stored response when it sees the session end (``gateway.responses.read``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from fastapi.responses import JSONResponse
 
 from gateway.errors import ApiError
 from gateway.relay import Dropped, Subscription
-from gateway.responses_format import ResponseStream
-from gateway.responses_read import finalize
-from gateway.responses_store import StoredResponse
+from gateway.responses.format import ResponseStream
+from gateway.responses.read import finalize
+from gateway.responses.store import StoredResponse
 from gateway.sse import sse_typed, while_connected
 from runtime.session import Status
 

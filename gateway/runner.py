@@ -24,7 +24,7 @@ from fastapi import Request
 from gateway.auth import Principal
 from gateway.errors import ApiError
 from gateway.relay import Dropped, Relay, Subscription
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
 from gateway.sse import while_connected
 from gateway.translator import Diverged, Translator, UpstreamError
 from runtime.routing import conversation_key

@@ -22,7 +22,7 @@ stream resumed with ``starting_after=N`` is the translation from the start with 
     session.ended                response.completed | response.incomplete (max_output_tokens, max_messages
                                  for max_turns) | response.failed; nothing more for "cancelled"
 
-Output policies as in chat completions (``gateway.openai_format``): ``tool_choice: "none"``
+Output policies as in chat completions (``gateway.openai.format``): ``tool_choice: "none"``
 returns no calls, a named function drops calls of others, ``parallel_tool_calls: false``
 returns a turn's first client call only.  A turn regenerated after a decoder died
 (``turn.restarted`` or a higher attempt) is matched item by item against what was already
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.responses_output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
+from gateway.responses.output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
 from gateway.translator import Diverged
 from schemas.events import (PARSE_BODIES, ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
                             ToolCallBegin, ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted,
