@@ -1,35 +1,45 @@
-"""One oneshot session in flight, whichever public API asked for it (chat completions, Messages).
+"""One session in flight through one API's translator, for every API over the relay (chat
+completions, Messages, Responses).
 
-A oneshot request is a session of one turn whose tools are all client tools.  ``open_session``
-writes it, subscribes to its events and queues its turn (routed to the decoder holding the
-conversation's prefix); ``OneshotRun`` relays those events through the API's pure translator
-(``feed(event) -> items``, ``finish() -> items``, ``ended``):
+``open_session`` writes a oneshot request's session (one turn whose tools are all client
+tools), subscribes to its events and queues its turn (routed to the decoder holding the
+conversation's prefix); a Responses request opens its own session and subscribes with
+``Run.open``.  A ``Run`` relays the session's events, from its first, through the API's pure
+translator (``gateway.translator.Translator``: ``start()``, ``feed(event)`` and ``finish()``
+return items, ``ended`` says the session's end was seen):
 
 * ``stream`` -- an SSE body: each item framed by the API; a failure (the session failed, a
-  regenerated turn diverged, the relay dropped us) framed as the API's in-stream error; with
+  regenerated turn diverged, the relay dropped us) framed by the API's ``fail``; with
   ``idle_s``, ``idle`` bytes after each quiet ``idle_s`` (keep-alives);
-* ``collect`` -- the whole turn, for a non-streamed response: None when done (the
-  translator holds the result), else the ``ApiError`` to answer with.
+* ``collect`` -- to the end, for a non-streamed response: None when done (the translator holds
+  the result), else the ``ApiError`` to answer with;
+* ``follow`` -- to the end with nobody listening (a background response).
 
-Either way, a client that leaves before the session ended cancels it, which stops generation.
+A client that leaves before the session ended cancels it, which stops generation -- unless the
+API says the session goes on (``cancel=False``: a background response; ``resumable``: a stored
+response the relay dropped, which its client resumes).  ``on_end`` runs once the translator saw
+the session end (a stored response is finalized there).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from fastapi import Request
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.relay import Dropped, Relay, Subscription
+from gateway.relay import Dropped, Subscription
 from gateway.sessions.ops import SessionOps
 from gateway.sse import while_connected
 from gateway.translator import Diverged, Translator, UpstreamError
 from runtime.routing import conversation_key
-from runtime.session import SessionMode
+from runtime.session import SessionMode, Status
 
+log = logging.getLogger(__name__)
 FAILURES = (UpstreamError, Diverged, Dropped)
 
 
@@ -59,7 +69,7 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
     sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names,
                            params={**plan.params, "max_tokens": max_tokens}, max_turns=1, meta=plan.meta,
                            mode=SessionMode.ONESHOT)
-    sub = await state.relay.subscribe(sid, (0, 0), stop_turn=0)
+    sub = await _subscribe(state, sid)
     try:
         await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
@@ -78,41 +88,72 @@ def failure(exc: Exception) -> ApiError:
     return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")
 
 
-class OneshotRun:
-    """Relays one oneshot session's events through ``translator`` (see the module doc)."""
+async def _subscribe(state: Any, sid: str) -> Subscription:
+    """The session's events from its first one, to its first end (``stop_turn=0``: a session that
+    runs its own loop ends once)."""
+    return await state.relay.subscribe(sid, (0, 0), stop_turn=0)
 
-    def __init__(self, state: Any, sub: Subscription, sid: str, translator: Translator) -> None:
-        self.ops: SessionOps = state.ops
-        self.relay: Relay = state.relay
-        self.sub, self.sid, self.translator = sub, sid, translator
 
-    async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[ApiError], bytes], *,
-                     idle_s: float | None = None, idle: bytes = b"") -> AsyncIterator[bytes]:
-        """The SSE body.  Leaving early, or a failure that ends the stream (the relay dropped it, a
-        regenerated turn diverged), cancels the session: nobody can read the rest of a oneshot turn."""
+async def cancel_session(state: Any, sid: str) -> None:
+    """End a session that is still running with reason "cancelled" (no-op once it ended)."""
+    info = await state.ops.sessions.get(sid)
+    if info is not None and info.status is Status.ACTIVE:
+        await state.ops.cancel_unchecked(sid, info.turn)
+
+
+class Run:
+    """Relays one session's events through ``translator`` (see the module doc)."""
+
+    def __init__(self, state: Any, sub: Subscription, sid: str, translator: Translator, *,
+                 on_end: Callable[[], Awaitable[None]] | None = None, resumable: bool = False) -> None:
+        self.state, self.sub, self.sid, self.translator = state, sub, sid, translator
+        self.on_end, self.resumable = on_end, resumable
+
+    @classmethod
+    async def open(cls, state: Any, sid: str, translator: Translator, **kw: Any) -> Run:
+        """Subscribe to the events of a session already written."""
+        return cls(state, await _subscribe(state, sid), sid, translator, **kw)
+
+    async def items(self, idle_s: float | None = None) -> AsyncIterator[Any]:
+        """The translated items, to the session's end (None after each quiet ``idle_s``); raises
+        a ``FAILURES`` exception when the session failed or the relay dropped this run."""
+        t = self.translator
+        for item in t.start():
+            yield item
+        async for f in self.sub.frames(idle_s):
+            if f is None:
+                yield None
+                continue
+            for item in t.feed(f.event):
+                yield item
+            if t.ended:
+                break
+        for item in t.finish():
+            yield item
+        if self.on_end is not None:
+            await self.on_end()
+
+    async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[Exception], bytes], *,
+                     idle_s: float | None = None, idle: bytes = b"", cancel: bool = True) -> AsyncIterator[bytes]:
+        """The SSE body (see the module doc)."""
         finished = False
         try:
-            async for f in self.sub.frames(idle_s):
-                if f is None:
-                    yield idle
-                    continue
-                for item in self.translator.feed(f.event):
-                    yield frame(item)
-            for item in self.translator.finish():
-                yield frame(item)
+            async for item in self.items(idle_s):
+                yield idle if item is None else frame(item)
             finished = True
-        except FAILURES as exc:  # the stream ends here: a session still generating is cancelled
-            yield fail(failure(exc))
+        except FAILURES as exc:  # the stream ends here
+            cancel = cancel and not (self.resumable and isinstance(exc, Dropped))
+            yield fail(exc)
         finally:
-            await self._release(finished)
+            await self._release(cancel and not finished)
 
     async def collect(self, request: Request) -> ApiError | None:
-        """Relay the whole turn (cancelled if the client leaves); None when it completed."""
+        """Relay to the end (cancelled if the client leaves); None when it completed."""
         outcome = None
         try:
-            outcome = await while_connected(self._consume(), request)
+            outcome = await while_connected(self._drain(), request)
         finally:
-            await self._release(outcome is not None and outcome.completed)
+            await self._release(outcome is None or not outcome.completed)
         if outcome.left:
             return failure(Dropped("client disconnected", self.sub.last_id))
         if outcome.error is None:
@@ -121,11 +162,28 @@ class OneshotRun:
             return failure(outcome.error)
         raise outcome.error
 
-    async def _consume(self) -> None:
-        async for f in self.sub.frames():
-            self.translator.feed(f.event)
+    async def follow(self) -> None:
+        """Relay to the end with no client (background); the gateway stopping ends it quietly."""
+        try:
+            await self._drain()
+        except Dropped as exc:
+            log.info("sid=%s background response left unfollowed (%s)", self.sid, exc.reason)
+        except Exception:  # a background task's outermost boundary: log, never crash the gateway
+            log.exception("sid=%s background response follower failed", self.sid)
+        finally:
+            await self._release(False)
 
-    async def _release(self, finished: bool) -> None:
-        self.relay.unsubscribe(self.sub)
-        if not finished and not self.translator.ended:
-            await self.ops.cancel_unchecked(self.sid, 0)  # nobody is listening: stop generating
+    def spawn(self) -> None:
+        """``follow()`` as a task the gateway keeps until it ends."""
+        task = asyncio.create_task(self.follow(), name=f"follow-{self.sid}")
+        self.state.followers.add(task)
+        task.add_done_callback(self.state.followers.discard)
+
+    async def _drain(self) -> None:
+        async for _ in self.items():
+            pass
+
+    async def _release(self, cancel: bool) -> None:
+        self.state.relay.unsubscribe(self.sub)
+        if cancel and not self.translator.ended:
+            await cancel_session(self.state, self.sid)  # nobody is listening: stop generating

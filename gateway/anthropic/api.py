@@ -32,7 +32,7 @@ from gateway.anthropic.plan import plan_messages, prompt
 from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.runner import OneshotRun, offered, open_session
+from gateway.runner import Run, failure, offered, open_session
 from gateway.sse import EventStreamResponse, sse_typed
 from gateway.state import gateway_state
 from runtime.chat_template import PromptError
@@ -51,15 +51,16 @@ async def create_message(body: MessagesRequest, request: Request, who: Caller) -
     sid, sub = await open_session(state, who, plan)
     stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
                                           plan.parallel, plan.thinking, tools=offered(plan)))
-    run = OneshotRun(state, sub, sid, stream)
+    run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_events(run, request.url.path), abort=sub.ended)
     err = await run.collect(request)
     return err.response(request.url.path) if err else JSONResponse(stream.message())
 
 
-async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
-    body = run.stream(sse_typed, lambda err: sse_typed(err.body(path)), idle_s=PING_S, idle=sse_typed({"type": "ping"}))
+async def _events(run: Run, path: str) -> AsyncIterator[bytes]:
+    body = run.stream(sse_typed, lambda exc: sse_typed(failure(exc).body(path)), idle_s=PING_S,
+                      idle=sse_typed({"type": "ping"}))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data

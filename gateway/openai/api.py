@@ -30,7 +30,7 @@ from gateway.auth import Caller
 from gateway.openai.bodies import ChatRequest, NamedToolChoice
 from gateway.errors import not_found
 from gateway.limits import check_counts
-from gateway.runner import OneshotRun, offered, open_session
+from gateway.runner import Run, failure, offered, open_session
 from gateway.openai.format import ChatOptions, ChatStream
 from gateway.sse import EventStreamResponse, sse_json
 from gateway.state import gateway_state
@@ -121,16 +121,16 @@ async def chat_completions(body: ChatRequest, request: Request,
     stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
                                     plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage,
                                     tools=offered(plan)))
-    run = OneshotRun(state, sub, sid, stream)
+    run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_chunks(run), abort=sub.ended)
     err = await run.collect(request)
     return err.response() if err else JSONResponse(stream.response())
 
 
-async def _chunks(run: OneshotRun) -> AsyncIterator[bytes]:
+async def _chunks(run: Run) -> AsyncIterator[bytes]:
     """SSE body: ``data: <chunk>`` lines (an error object on failure), then ``data: [DONE]``."""
-    body = run.stream(sse_json, lambda err: sse_json(err.body()))
+    body = run.stream(sse_json, lambda exc: sse_json(failure(exc).body()))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data

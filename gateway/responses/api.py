@@ -37,7 +37,8 @@ from gateway.responses.items import item_objects
 from gateway.responses.output import ResponseHead
 from gateway.responses.plan import Plan, build_prompt, plan
 from gateway.responses.read import current, owned, store_of
-from gateway.responses.run import ResponseRun, cancel_session, spawn_follower
+from gateway.responses.run import open_run, sse
+from gateway.runner import cancel_session
 from gateway.sse import EventStreamResponse
 from gateway.state import gateway_state
 from gateway.validation import check_model
@@ -64,15 +65,18 @@ async def create_response(body: CreateResponse, request: Request, who: Caller) -
     key = None if p.prompt.owner else conversation_key(p.prompt.messages, p.prompt.tools)
     await state.ops.start(sid, route_key=key, owner=p.prompt.owner)
     if body.background:
-        spawn_follower(state, await ResponseRun.open(state, sid, ResponseStream(head, p.prompt.policy), stored))
+        (await open_run(state, sid, ResponseStream(head, p.prompt.policy), stored)).spawn()
+    stream = ResponseStream(head, p.prompt.policy)
     if not body.stream and body.background:
-        stream = ResponseStream(head, p.prompt.policy)
         stream.start()
         return JSONResponse(stream.snapshot())
-    run = await ResponseRun.open(state, sid, ResponseStream(head, p.prompt.policy), stored)
+    run = await open_run(state, sid, stream, stored)
     if body.stream:
-        return EventStreamResponse(run.sse(cancel_on_leave=not body.background), abort=run.sub.ended)
-    return await run.collect(request)
+        return EventStreamResponse(sse(run, stream, stored, cancel=not body.background), abort=run.sub.ended)
+    err = await run.collect(request)
+    if err is not None:
+        raise err
+    return JSONResponse(stream.snapshot())
 
 
 async def _session(state: Any, p: Plan, who: Any, max_tokens_sent: bool) -> str:
@@ -104,9 +108,9 @@ async def get_response(response_id: str, request: Request, who: Caller, stream: 
     if await state.ops.sessions.get(stored.sid) is None:
         raise ApiError(409, "the event log of this response has expired; retrieve it without stream=true",
                        param="stream", code="events_expired")
-    run = await ResponseRun.open(state, stored.sid, ResponseStream(stored.head, stored.policy), stored,
-                                 after=-1 if starting_after is None else starting_after)
-    return EventStreamResponse(run.sse(cancel_on_leave=False), abort=run.sub.ended)
+    stream = ResponseStream(stored.head, stored.policy, after=-1 if starting_after is None else starting_after)
+    run = await open_run(state, stored.sid, stream, stored)
+    return EventStreamResponse(sse(run, stream, stored, cancel=False), abort=run.sub.ended)
 
 
 @router.delete("/v1/responses/{response_id}")

@@ -1,4 +1,4 @@
-"""gateway.responses.run: a stream the relay dropped (a slow client) goes on when the response is stored,
+"""gateway.responses.run (over gateway.runner.Run): a stream the relay dropped (a slow client) goes on when the response is stored,
 so the client can resume it with ``starting_after``; one not stored cannot be read again and is cancelled."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from standins import DroppedSubscription
 
 from gateway.responses.format import ResponseStream
 from gateway.responses.output import Policy, ResponseHead
-from gateway.responses.run import ResponseRun
+from gateway.responses.run import sse
+from gateway.runner import Run
 from runtime.session import Status
 
 HEAD = ResponseHead("s1", 1700000000, {"model": "tiny", "instructions": None, "tools": [], "tool_choice": "auto",
@@ -48,8 +49,9 @@ class Ops:
 async def test_a_dropped_stream_goes_on_only_when_it_can_be_resumed(stored: Any, says: str, cancelled: list) -> None:
     sub, ops = DroppedSubscription(), Ops()
     relay = Relay(sub)
-    run = ResponseRun(SimpleNamespace(ops=ops, relay=relay), "s1", ResponseStream(HEAD, Policy()), sub, stored)
-    frames = [chunk async for chunk in run.sse(cancel_on_leave=True)]
+    stream = ResponseStream(HEAD, Policy())
+    run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", stream, resumable=stored is not None)
+    frames = [chunk async for chunk in sse(run, stream, stored, cancel=True)]
     events = [json.loads(f.decode().split("data: ", 1)[1]) for f in frames]
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
     assert events[-1]["code"] == "relay_dropped" and says in events[-1]["message"], events[-1]

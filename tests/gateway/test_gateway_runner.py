@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from standins import DroppedSubscription
 
-from gateway.runner import OneshotRun, open_session
+from gateway.runner import Run, failure, open_session
+from runtime.session import Status
 
 
 class RecordingRelay:
@@ -69,8 +70,13 @@ class EndedSubscription:
 
 
 class Translator:
+    """Passes each event through as one item; the first event ends the session."""
+
     def __init__(self) -> None:
         self.ended = False
+
+    def start(self) -> list[Any]:
+        return []
 
     def feed(self, ev: Any) -> list[Any]:
         self.ended = True
@@ -81,8 +87,14 @@ class Translator:
 
 
 class CancelRecordingOps:
+    """Records cancels of a session that is still running."""
+
     def __init__(self) -> None:
         self.cancelled: list[tuple[str, int]] = []
+        self.sessions = SimpleNamespace(get=self._get)
+
+    async def _get(self, sid: str) -> Any:
+        return SimpleNamespace(status=Status.ACTIVE, turn=0)
 
     async def cancel_unchecked(self, sid: str, turn: int) -> None:
         self.cancelled.append((sid, turn))
@@ -95,6 +107,7 @@ class CancelRecordingOps:
 async def test_a_stream_that_ends_before_its_session_cancels_it(sub: Any, body: list[bytes], cancelled: list) -> None:
     ops, relay = CancelRecordingOps(), RecordingRelay()
     relay.subs.append(sub)
-    run = OneshotRun(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Translator())
-    out = [chunk async for chunk in run.stream(lambda item: item.encode(), lambda err: (err.code or "").encode())]
+    run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Translator())
+    out = [chunk async for chunk in run.stream(lambda item: item.encode(),
+                                               lambda exc: (failure(exc).code or "").encode())]
     assert out == body and ops.cancelled == cancelled and relay.subs == []
