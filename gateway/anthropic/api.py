@@ -35,6 +35,7 @@ from gateway.errors import ApiError
 from gateway.runner import Run, failure, offered, open_session
 from gateway.sse import EventStreamResponse, sse_typed
 from gateway.state import gateway_state
+from gateway.translator import ToolPolicy
 from runtime.chat_template import PromptError
 
 router = APIRouter(tags=["anthropic"])
@@ -49,8 +50,8 @@ async def create_message(body: MessagesRequest, request: Request, who: Caller) -
     state = gateway_state(request)
     plan = plan_messages(state.cfg, body)
     sid, sub = await open_session(state, who, plan)
-    stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
-                                          plan.parallel, plan.thinking, tools=offered(plan)))
+    stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, plan.thinking),
+                           ToolPolicy(f"toolu_{sid}_", plan.offer_tools, plan.named, plan.parallel, offered(plan)))
     run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_events(run, request.url.path), abort=sub.ended)

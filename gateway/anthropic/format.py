@@ -44,20 +44,15 @@ from schemas.events import Event, TurnStarted
 class MessageOptions:
     message_id: str
     model: str
-    tool_id_base: str  # returned tool_use ids are tool_id_base + output index
-    offer_tools: bool = True
-    named: str | None = None
-    parallel: bool = True
     thinking: bool = False
-    tools: frozenset[str] = frozenset()  # the offered tools: calls of any other are never returned
 
 
 class MessageStream:
     """The stream events of one Messages response (see the module doc)."""
 
-    def __init__(self, opts: MessageOptions) -> None:
+    def __init__(self, opts: MessageOptions, policy: ToolPolicy) -> None:
         self.opts = opts
-        self.out = TurnOutput(ToolPolicy(opts.tool_id_base, opts.offer_tools, opts.named, opts.parallel, opts.tools))
+        self.out = TurnOutput(policy)
         self.blocks: list[dict[str, Any]] = []  # content blocks as started (empty text, thinking, input)
         self._pieces: list[list[str]] = []  # each block's streamed deltas, joined once by message()
         self.open: int | None = None  # index of the open block

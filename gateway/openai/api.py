@@ -34,6 +34,7 @@ from gateway.runner import Run, failure, offered, open_session
 from gateway.openai.format import ChatOptions, ChatStream
 from gateway.sse import EventStreamResponse, sse_json
 from gateway.state import gateway_state
+from gateway.translator import ToolPolicy
 from gateway.validation import (DEFAULT_MAX_TOKENS, accepted_models, check_format_type, check_model, forced_tool,
                                 served_model, unique_names, unsupported)
 from runtime.config import Config
@@ -118,9 +119,9 @@ async def chat_completions(body: ChatRequest, request: Request,
     sent = bool(body.max_completion_tokens or body.max_tokens)
     sid, sub = await open_session(state, who, plan, max_tokens_sent=sent)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-    stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
-                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage,
-                                    tools=offered(plan)))
+    stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), include_usage),
+                        ToolPolicy(f"call_{sid}_", plan.offer_tools, plan.named, body.parallel_tool_calls,
+                                   offered(plan)))
     run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_chunks(run), abort=sub.ended)

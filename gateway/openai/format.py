@@ -38,20 +38,15 @@ class ChatOptions:
     completion_id: str
     model: str
     created: int
-    call_id_base: str  # returned call ids are call_id_base + output index
-    offer_tools: bool = True  # False for tool_choice "none"
-    named: str | None = None  # the function named by tool_choice
-    parallel: bool = True
     include_usage: bool = False
-    tools: frozenset[str] = frozenset()  # the offered functions: calls of any other are never returned
 
 
 class ChatStream:
     """The chunk stream of one chat completion (see the module doc)."""
 
-    def __init__(self, opts: ChatOptions) -> None:
-        self.opts = opts
-        self.out = TurnOutput(ToolPolicy(opts.call_id_base, opts.offer_tools, opts.named, opts.parallel, opts.tools))
+    def __init__(self, opts: ChatOptions, policy: ToolPolicy) -> None:
+        self.opts, self.named = opts, policy.named
+        self.out = TurnOutput(policy)
         self._role_sent = False
 
     @property
@@ -80,7 +75,7 @@ class ChatStream:
         if self.out.finish_reason == "length":
             return "length"
         if self.out.calls:
-            return "stop" if self.opts.named else "tool_calls"
+            return "stop" if self.named else "tool_calls"
         return "stop"
 
     def finish(self) -> list[dict[str, Any]]:

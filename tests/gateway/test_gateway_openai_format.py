@@ -9,7 +9,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.openai.format import ChatOptions, ChatStream
-from gateway.translator import Diverged, UpstreamError
+from gateway.translator import Diverged, ToolPolicy, UpstreamError
 from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
                             ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
 
@@ -32,10 +32,12 @@ TURN = ([TurnStarted(prompt_tokens=40, cached_tokens=32), ReasoningDelta(text="n
 
 
 OFFERED = frozenset({"get_weather", "get_time"})
+POLICY = ("offer_tools", "named", "parallel", "tools")  # run()'s options that are the ToolPolicy's
 
 
 def run(bodies: list[Any], attempts: list[int] | None = None, **opts: Any) -> tuple[ChatStream, list[dict]]:
-    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **{"tools": OFFERED, **opts}))
+    policy = {"tools": OFFERED, **{k: opts.pop(k) for k in POLICY if k in opts}}
+    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, **opts), ToolPolicy("call_x_", **policy))
     chunks: list[dict] = []
     for i, body in enumerate(bodies):
         chunks += stream.feed(ev(body, attempts[i] if attempts else 1))
@@ -118,7 +120,7 @@ def test_calls_of_functions_not_offered_are_dropped() -> None:
 
 def test_with_no_tools_offered_no_call_comes_back_and_the_turn_stops() -> None:
     for opts in ({"tools": frozenset()}, {}):  # offered none; or a caller that names no tools at all
-        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000), ToolPolicy("call_x_", **opts))
         chunks = [c for b in TURN for c in stream.feed(ev(b))] + stream.finish()
         got = assemble(chunks)
         assert got["calls"] == [] and got["finish"] == "stop" and got["content"] == "Checking now."

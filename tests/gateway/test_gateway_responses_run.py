@@ -8,13 +8,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from standins import DroppedSubscription
+from standins import CancelRecordingOps, DroppedSubscription
 
 from gateway.responses.format import ResponseStream
 from gateway.responses.output import Policy, ResponseHead
 from gateway.responses.run import sse
 from gateway.runner import Run
-from runtime.session import Status
 
 HEAD = ResponseHead("s1", 1700000000, {"model": "tiny", "instructions": None, "tools": [], "tool_choice": "auto",
                                        "parallel_tool_calls": True, "metadata": {}})
@@ -28,26 +27,12 @@ class Relay:
         self.subs.remove(sub)
 
 
-class Ops:
-    """Records cancels of a session that is still running."""
-
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, int]] = []
-        self.sessions = SimpleNamespace(get=self._get)
-
-    async def _get(self, sid: str) -> Any:
-        return SimpleNamespace(status=Status.ACTIVE, turn=0)
-
-    async def cancel_unchecked(self, sid: str, turn: int) -> None:
-        self.cancelled.append((sid, turn))
-
-
 @pytest.mark.parametrize(("stored", "says", "cancelled"), [
     (object(), "starting_after=1", []),  # stored: generation goes on for the reader to resume
     (None, "cannot be resumed", [("s1", 0)]),  # store=false: nobody can read the rest
 ])
 async def test_a_dropped_stream_goes_on_only_when_it_can_be_resumed(stored: Any, says: str, cancelled: list) -> None:
-    sub, ops = DroppedSubscription(), Ops()
+    sub, ops = DroppedSubscription(), CancelRecordingOps()
     relay = Relay(sub)
     stream = ResponseStream(HEAD, Policy())
     run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", stream, resumable=stored is not None)

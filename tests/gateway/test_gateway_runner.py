@@ -8,10 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from standins import DroppedSubscription
+from standins import CancelRecordingOps, DroppedSubscription
 
 from gateway.runner import Run, failure, open_session
-from runtime.session import Status
 
 
 class RecordingRelay:
@@ -84,20 +83,6 @@ class Translator:
 
     def finish(self) -> list[Any]:
         return []
-
-
-class CancelRecordingOps:
-    """Records cancels of a session that is still running."""
-
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, int]] = []
-        self.sessions = SimpleNamespace(get=self._get)
-
-    async def _get(self, sid: str) -> Any:
-        return SimpleNamespace(status=Status.ACTIVE, turn=0)
-
-    async def cancel_unchecked(self, sid: str, turn: int) -> None:
-        self.cancelled.append((sid, turn))
 
 
 @pytest.mark.parametrize(("sub", "body", "cancelled"), [
