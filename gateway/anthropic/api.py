@@ -35,10 +35,11 @@ from gateway.errors import ApiError
 from gateway.runner import Run, failure, offered, open_session
 from gateway.sse import EventStreamResponse, sse_typed
 from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
 from gateway.translator import ToolPolicy
 from runtime.chat_template import PromptError
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=ParsedBodyRoute)
 PING_S = 10.0
 
 

@@ -34,12 +34,13 @@ from gateway.runner import Run, failure, offered, open_session
 from gateway.openai.format import ChatOptions, ChatStream
 from gateway.sse import EventStreamResponse, sse_json
 from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
 from gateway.translator import ToolPolicy
 from gateway.validation import (DEFAULT_MAX_TOKENS, accepted_models, check_format_type, check_model, forced_tool,
                                 served_model, unique_names, unsupported)
 from runtime.config import Config
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=ParsedBodyRoute)
 
 
 def _model_entry(cfg: Config, created: int) -> dict[str, Any]:

@@ -41,12 +41,13 @@ from gateway.responses.run import open_run, sse
 from gateway.runner import cancel_session
 from gateway.sse import EventStreamResponse
 from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
 from gateway.validation import check_model
 from runtime.chat_template import PromptError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
 
-router = APIRouter(tags=["responses"])
+router = APIRouter(tags=["responses"], route_class=ParsedBodyRoute)
 _SSE = {200: {"content": {"text/event-stream": {}}, "description": "a Response object, or its events when streaming"}}
 
 

@@ -20,12 +20,13 @@ from gateway.errors import ApiError
 from gateway.limits import check_counts
 from gateway.sessions.ops import SessionOps
 from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
 from gateway.validation import check_format_type, forced_tool
 from runtime.routing import conversation_key
 from runtime.session import SessionInfo, Status
 from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
-router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"], route_class=ParsedBodyRoute)
 
 
 def ops(request: Request) -> SessionOps:
