@@ -57,21 +57,28 @@ def offered(plan: Plan) -> frozenset[str]:
     return frozenset(t["function"]["name"] for t in plan.tools)
 
 
+async def create_session(state: Any, who: Principal, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                         client_tools: list[str], params: dict[str, Any], max_tokens_sent: bool, meta: dict[str, Any],
+                         max_turns: int = 1, mode: SessionMode = SessionMode.ONESHOT) -> str:
+    """Check that the prompt fits the context (``gateway.context``: a 400 when not; an unsent
+    max_tokens is lowered to the room left), then write the session (not started yet)."""
+    max_tokens = await state.context.fits(messages, tools, max_tokens=params["max_tokens"], sent=max_tokens_sent,
+                                          prefill=params.get("prefill") or "")
+    ops: SessionOps = state.ops
+    return await ops.create(who, messages, tools=tools, client_tools=client_tools,
+                            params={**params, "max_tokens": max_tokens}, max_turns=max_turns, meta=meta, mode=mode)
+
+
 async def open_session(state: Any, who: Principal, plan: Plan, *,
                        max_tokens_sent: bool = True) -> tuple[str, Subscription]:
-    """Check that the prompt fits the context (``gateway.context``: a 400 when not; an unsent
-    max_tokens is lowered to the room left), then create the session, subscribe to its events
-    from the start, and queue its turn."""
-    max_tokens = await state.context.fits(plan.messages, plan.tools, max_tokens=plan.params["max_tokens"],
-                                          sent=max_tokens_sent, prefill=plan.params.get("prefill") or "")
-    ops: SessionOps = state.ops
-    names = [t["function"]["name"] for t in plan.tools]
-    sid = await ops.create(who, plan.messages, tools=plan.tools, client_tools=names,
-                           params={**plan.params, "max_tokens": max_tokens}, max_turns=1, meta=plan.meta,
-                           mode=SessionMode.ONESHOT)
+    """Create a oneshot request's session (``create_session``), subscribe to its events from the
+    start, and queue its turn."""
+    sid = await create_session(state, who, plan.messages, plan.tools,
+                               client_tools=[t["function"]["name"] for t in plan.tools], params=plan.params,
+                               max_tokens_sent=max_tokens_sent, meta=plan.meta)
     sub = await _subscribe(state, sid)
     try:
-        await ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
+        await state.ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
         state.relay.unsubscribe(sub)
         raise
@@ -114,32 +121,25 @@ class Run:
         """Subscribe to the events of a session already written."""
         return cls(state, await _subscribe(state, sid), sid, translator, **kw)
 
-    async def items(self, idle_s: float | None = None) -> AsyncIterator[Any]:
-        """The translated items, to the session's end (None after each quiet ``idle_s``); raises
-        a ``FAILURES`` exception when the session failed or the relay dropped this run."""
-        t = self.translator
-        for item in t.start():
-            yield item
-        async for f in self.sub.frames(idle_s):
-            if f is None:
-                yield None
-                continue
-            for item in t.feed(f.event):
-                yield item
-            if t.ended:
-                break
-        for item in t.finish():
-            yield item
-        if self.on_end is not None:
-            await self.on_end()
-
     async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[Exception], bytes], *,
                      idle_s: float | None = None, idle: bytes = b"", cancel: bool = True) -> AsyncIterator[bytes]:
-        """The SSE body (see the module doc)."""
+        """The SSE body (see the module doc).  Per token: the translator's items, each framed."""
+        t = self.translator
         finished = False
         try:
-            async for item in self.items(idle_s):
-                yield idle if item is None else frame(item)
+            for item in t.start():
+                yield frame(item)
+            async for f in self.sub.frames(idle_s):
+                if f is None:
+                    yield idle
+                    continue
+                for item in t.feed(f.event):
+                    yield frame(item)
+                if t.ended:
+                    break
+            for item in t.finish():
+                yield frame(item)
+            await self._ended()
             finished = True
         except FAILURES as exc:  # the stream ends here
             cancel = cancel and not (self.resumable and isinstance(exc, Dropped))
@@ -180,8 +180,19 @@ class Run:
         task.add_done_callback(self.state.followers.discard)
 
     async def _drain(self) -> None:
-        async for _ in self.items():
-            pass
+        """Translate to the session's end with nobody reading (raises as ``stream`` fails)."""
+        t = self.translator
+        t.start()
+        async for f in self.sub.frames():
+            t.feed(f.event)
+            if t.ended:
+                break
+        t.finish()
+        await self._ended()
+
+    async def _ended(self) -> None:
+        if self.on_end is not None:
+            await self.on_end()
 
     async def _release(self, cancel: bool) -> None:
         self.state.relay.unsubscribe(self.sub)

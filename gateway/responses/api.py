@@ -38,7 +38,7 @@ from gateway.responses.output import ResponseHead
 from gateway.responses.plan import Plan, build_prompt, plan
 from gateway.responses.read import current, owned, store_of
 from gateway.responses.run import open_run, sse
-from gateway.runner import cancel_session
+from gateway.runner import cancel_session, create_session
 from gateway.sse import EventStreamResponse
 from gateway.state import gateway_state
 from gateway.strict_json import ParsedBodyRoute
@@ -86,16 +86,14 @@ async def _session(state: Any, p: Plan, who: Any, max_tokens_sent: bool) -> str:
     server calls have results, or ``max_turns``)."""
     prompt = p.prompt
     mode, max_turns = (SessionMode.RETURN_CALLS, state.cfg.max_turns) if p.server_tools else (SessionMode.ONESHOT, 1)
-    try:  # a 400 when the prompt cannot fit the context; an unsent max_output_tokens is lowered to the room left
-        max_tokens = await state.context.fits(prompt.messages, prompt.tools, max_tokens=p.params["max_tokens"],
-                                              sent=max_tokens_sent)
-    except ApiError as err:
+    try:
+        return await create_session(state, who, prompt.messages, prompt.tools, client_tools=prompt.client_tools,
+                                    params=p.params, max_tokens_sent=max_tokens_sent, meta=p.meta,
+                                    max_turns=max_turns, mode=mode)
+    except ApiError as err:  # the prompt cannot fit the context: name the field as this API calls it
         if err.param == "messages":
             err.param = "input"
         raise
-    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
-                                  params={**p.params, "max_tokens": max_tokens}, max_turns=max_turns, meta=p.meta,
-                                  mode=mode)
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=_SSE)
