@@ -61,6 +61,3 @@ class SessionPrompts:
         self.records.move_to_end(session)
         while len(self.records) > self.max_records:
             self.records.popitem(last=False)
-
-    def forget(self, session: str) -> None:
-        self.records.pop(session, None)
