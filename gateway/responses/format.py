@@ -83,7 +83,8 @@ class ResponseStream:
 
     def start(self) -> list[dict[str, Any]]:
         snap = self.snapshot()
-        return self._past([self._ev("response.created", response=snap), self._ev("response.in_progress", response=snap)])
+        events = [self._ev("response.created", response=snap), self._ev("response.in_progress", response=snap)]
+        return self._past(events)
 
     def finish(self) -> list[dict[str, Any]]:
         return []  # the terminal event went out with session.ended

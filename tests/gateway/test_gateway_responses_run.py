@@ -1,5 +1,6 @@
-"""gateway.responses.run (over gateway.runner.Run): a stream the relay dropped (a slow client) goes on when the response is stored,
-so the client can resume it with ``starting_after``; one not stored cannot be read again and is cancelled."""
+"""gateway.responses.run (over gateway.runner.Run): a stream the relay dropped (a slow client) goes on
+when the response is stored, so the client can resume it with ``starting_after``; one not stored cannot
+be read again and is cancelled."""
 
 from __future__ import annotations
 

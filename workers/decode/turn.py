@@ -89,7 +89,8 @@ class TurnRun:
                         after=await bus.last_id(self.ctx.r, keys.tokens(self.sid)))
         pipe = self.ctx.r.pipeline(transaction=False)
         pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
-        routing.turn_started(pipe, self.ctx.cfg, routing.conversation_key(self.req.messages, self.req.tools), self.ctx.me)
+        key = routing.conversation_key(self.req.messages, self.req.tools)
+        routing.turn_started(pipe, self.ctx.cfg, key, self.ctx.me)
         await pipe.execute()
 
     async def _stream(self) -> None:

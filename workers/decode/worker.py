@@ -66,7 +66,8 @@ class DecodeWorker:
 
     # ------------------------------------------------------------------ periodic
     def _load(self) -> dict:
-        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running), tokens_out=self.ctx.tokens_out)
+        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running),
+                    tokens_out=self.ctx.tokens_out)
 
     def _report_load(self, pipe: object) -> None:
         pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
