@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos chaos-cluster bench gpu-check train eval lint clean venv-vllm test-vllm
+.PHONY: install sysdeps demo up test test-main test-vllm-if-installable test-slow chaos chaos-cluster bench gpu-check train eval clean venv-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)

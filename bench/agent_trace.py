@@ -129,10 +129,6 @@ def grammar(turn: Turn) -> str:
     return "start: " + " ".join(f"<[{i}]>" for i in turn.ids) + "\n"
 
 
-def tool_message(call: Call, call_id: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": call.result}
-
-
 def build_trace(shape: Shape, tokenizer: Tokenizer) -> Trace:
     rng = random.Random(shape.seed)
     tools = tool_definitions()

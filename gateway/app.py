@@ -3,8 +3,8 @@
 Request path, outermost first: ``RequestMetrics`` (counts ``/v1/*`` by API and status) -> ``ErrorBoundary`` (an unexpected error: one log, a 500) ->
 ``HeaderLimitMiddleware`` (431) -> ``AuthMiddleware`` (``/v1/*``: API key, rate limit) ->
 ``BodyLimitMiddleware`` (413; JSON checked by ``gateway.strict_json``) -> routes
-(``gateway.openai_api``, ``gateway.responses_api``, ``gateway.anthropic_api``, ``gateway.sessions``,
-``gateway.streams``).
+(``gateway.openai.api``, ``gateway.responses.api``, ``gateway.anthropic.api``, ``gateway.sessions.api``,
+``gateway.sessions.streams``).
 Open: ``/healthz`` (the process is up), ``/readyz`` (Redis answers and a decoder is alive),
 ``/metrics``, the playground (``/``, also ``HEAD``: Claude Code probes it), the OpenAPI schema.
 Every error is in OpenAI's shape, Anthropic's on the ``/v1/messages`` routes (``gateway.errors``).
@@ -18,26 +18,28 @@ import contextlib
 import importlib.util
 import logging
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gateway import errors, strict_json
-from gateway.anthropic_api import router as anthropic_router
+from gateway.anthropic.api import router as anthropic_router
 from gateway.auth import AuthMiddleware, KeyRing
 from gateway.context import ContextCheck
 from gateway.limits import BodyLimitMiddleware, HeaderLimitMiddleware, RateLimiter
 from gateway.metrics import CONTENT_TYPE, Metrics, RequestMetrics
-from gateway.openai_api import router as openai_router, served_model
+from gateway.openai.api import router as openai_router
 from gateway.relay import Relay, RelayUnavailable
-from gateway.responses_api import router as responses_router
-from gateway.session_ops import SessionOps
-from gateway.sessions import router as sessions_router
-from gateway.streams import router as streams_router
+from gateway.responses.api import router as responses_router
+from gateway.sessions.api import router as sessions_router
+from gateway.sessions.ops import SessionOps
+from gateway.sessions.streams import router as streams_router
+from gateway.state import GatewayState, State
+from gateway.validation import served_model
 from runtime import bus
 from runtime.config import Config
 from runtime.heartbeat import Heartbeat, live
@@ -53,16 +55,13 @@ def create_app(cfg: Config) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        s = app.state
-        s.cfg, s.keyring, s.started = cfg, keyring, int(time.time())
-        s.redis = bus.connect(cfg.redis_url)
-        s.metrics = Metrics(served_model(cfg))
-        s.catalog = ToolCatalog(s.redis)  # the server tools sessions may use, as the tool workers publish them
-        s.limiter = RateLimiter(s.redis, cfg.rate_limit_rps, cfg.rate_limit_burst)
-        s.ops = SessionOps(cfg, s.redis, s.metrics)
-        s.context = ContextCheck(s.redis, cfg.model)
+        redis, metrics = bus.connect(cfg.redis_url), Metrics(served_model(cfg))
         reader = bus.connect(cfg.redis_url)
-        s.relay = Relay(s.redis, reader, queue_size=cfg.relay_queue_size, on_event=s.metrics.observe)
+        s = app.state.gateway = GatewayState(
+            cfg, keyring, int(time.time()), redis, metrics, ToolCatalog(redis),
+            RateLimiter(redis, cfg.rate_limit_rps, cfg.rate_limit_burst), SessionOps(cfg, redis, metrics),
+            ContextCheck(redis, cfg.model),
+            Relay(redis, reader, queue_size=cfg.relay_queue_size, on_event=metrics.observe))
         await s.relay.start()
         s.heartbeat = Heartbeat(s.redis, "gateway", f"gateway-{s.relay.gateway_id}", cfg.heartbeat_ms,
                                 cfg.heartbeat_ttl_ms, lambda: {"port": cfg.port, "subscribers": s.relay.subscribers})
@@ -121,9 +120,9 @@ def serve(cfg: Config) -> None:
 
     def handle_exit(sig: int, frame: object) -> None:
         uvicorn_exit(sig, frame)  # type: ignore[arg-type]
-        relay = getattr(app.state, "relay", None)
-        if relay is not None:
-            relay.drain_threadsafe()
+        state = getattr(app.state, "gateway", None)
+        if state is not None:
+            state.relay.drain_threadsafe()
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     server.run()
@@ -143,11 +142,11 @@ def _add_open_routes(app: FastAPI) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: why, in OpenAI's error shape"}})
-    async def readyz(request: Request) -> dict[str, object]:
+    async def readyz(state: State) -> dict[str, object]:
         """200 when Redis answers and at least one decoder is alive (readiness); else 503 saying why."""
         try:
-            await request.app.state.redis.ping()
-            beats = await live(request.app.state.redis)
+            await state.redis.ping()
+            beats = await live(state.redis)
         except bus.REDIS_DOWN as exc:
             raise errors.ApiError(503, f"redis unavailable: {exc}", type="server_error", code="not_ready") from None
         counts = {k: sum(1 for b in beats.values() if b.get("kind") == k) for k in ("gateway", "decode", "parser",
@@ -158,9 +157,8 @@ def _add_open_routes(app: FastAPI) -> None:
 
     @app.get("/metrics", tags=["ops"], response_class=Response,
              responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
-    async def metrics(request: Request) -> Response:
+    async def metrics(s: State) -> Response:
         """Prometheus metrics (see ``gateway.metrics``)."""
-        s = request.app.state
         await s.metrics.refresh(s.redis, await s.catalog.pools(), s.relay)
         return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 

@@ -24,8 +24,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs
+
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from gateway.errors import ApiError
 from runtime.config import Config, ConfigError
@@ -177,7 +180,7 @@ class AuthMiddleware:
         if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        state = scope["app"].state
+        state = scope["app"].state.gateway
         try:
             principal = state.keyring.identify(presented_token(scope), client_address(scope))
             await state.limiter.take(principal)
@@ -186,3 +189,11 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def principal(conn: HTTPConnection) -> Principal:
+    """The caller, authenticated by ``AuthMiddleware``."""
+    return conn.state.principal
+
+
+Caller = Annotated[Principal, Depends(principal)]

@@ -1,5 +1,5 @@
 """Every error the gateway returns, in OpenAI's shape (Anthropic's on the ``/v1/messages``
-routes: ``gateway.anthropic_errors``, chosen by the request's path).
+routes: ``gateway.anthropic.errors``, chosen by the request's path).
 
     {"error": {"message": str, "type": str, "param": str | null, "code": str | null}}
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import anthropic_errors
+from gateway.anthropic import errors as anthropic_errors
 from runtime import bus
 
 log = logging.getLogger(__name__)
@@ -111,24 +110,6 @@ def invalid(errors: list[dict[str, Any]], body: Any) -> ApiError:
     param = format_param(paths[best])
     msg = errors[best].get("msg", "invalid value")
     return ApiError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
-
-
-def unsupported(param: str, what: str) -> ApiError:
-    """A 400 naming a request field whose value this server does not implement."""
-    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
-
-
-def forced_tool(required: bool, name: str | None, names: Collection[str]) -> str | None:
-    """The function an OpenAI-shaped ``tool_choice`` names (``name``; None when it names none), after
-    the checks all three OpenAI routes make: a choice that forces a call (``required``, or a named
-    function) needs tools, and a named function must be one of ``names``."""
-    if (required or name is not None) and not names:
-        raise ApiError(400, "tool_choice: only allowed when tools are specified", param="tool_choice",
-                       code="invalid_value")
-    if name is not None and name not in names:
-        raise ApiError(400, f"tool_choice: function {name[:64]!r} is not in tools", param="tool_choice",
-                       code="invalid_value")
-    return name
 
 
 def validation_error(exc: RequestValidationError) -> ApiError:

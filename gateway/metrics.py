@@ -130,7 +130,7 @@ class RequestMetrics:
         finally:
             _API.reset(token)
             if scope["type"] == "http":
-                metrics = scope["app"].state.metrics
+                metrics = scope["app"].state.gateway.metrics
                 metrics.requests.labels(metrics.model_name, api, status).inc()
 
 

@@ -10,6 +10,9 @@ Refused with a 400 in OpenAI's shape:
   "invalid_value"``, ``param`` naming the field as OpenAI does (``messages[2].content``).
 
 The bad text itself is never echoed (it could not be encoded in the answer either).
+
+A body is parsed once: ``check_body`` keeps the value in the request's scope and the routes
+(``ParsedBodyRoute``) validate that value instead of parsing the bytes again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 
 from gateway.errors import ApiError
 
@@ -42,10 +48,34 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
+_PARSED = "parsed_json"  # where check_body keeps the body's value, in the scope's state
+
+
 def check_body(scope: dict[str, Any], body: bytes) -> None:
-    """Raise a 400 ApiError when an HTTP request's JSON body is not acceptable (other bodies pass)."""
+    """Raise a 400 ApiError when an HTTP request's JSON body is not acceptable (other bodies pass);
+    keep the value of an acceptable one for the route."""
     if body and _is_json(scope):
-        loads(body)
+        scope.setdefault("state", {})[_PARSED] = loads(body)
+
+
+class _ParsedBodyRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            state = self.scope.get("state") or {}
+            self._json = state[_PARSED] if _PARSED in state else await super().json()
+        return self._json
+
+
+class ParsedBodyRoute(APIRoute):
+    """A route that reads the JSON value ``check_body`` kept instead of parsing the body again."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_ParsedBodyRequest(request.scope, request.receive))
+
+        return route
 
 
 def _is_json(scope: dict[str, Any]) -> bool:

@@ -19,7 +19,7 @@ from runtime.barrier import Arrival
 from runtime.durations import Durations
 from runtime.turns import Turns
 from schemas.codec import encode
-from schemas.events import Event, ToolResult, call_id_prefix
+from schemas.events import Event, ToolResult
 
 
 class ClientResultError(ValueError):
@@ -32,14 +32,6 @@ def parse_call_id(call_id: str) -> tuple[int, int]:
     if len(parts) != 3 or parts[0] != "call" or not parts[1].isdigit() or not parts[2].isdigit():
         raise ClientResultError(f"{call_id[:80]!r} is not a call id of this session (call_<turn>_<index>)")
     return int(parts[1]), int(parts[2])
-
-
-def index_of(call_id: str, turn: int) -> int:
-    """The call index inside a call id of ``turn`` (ids are ``call_<turn>_<index>``)."""
-    prefix = call_id_prefix(turn)
-    if not call_id.startswith(prefix) or not call_id[len(prefix):].isdigit():
-        raise ClientResultError(f"call id {call_id!r} is not a call of turn {turn}")
-    return int(call_id[len(prefix):])
 
 
 async def submit_client_result(turns: Turns, sid: str, call_id: str, content: str,

@@ -33,8 +33,3 @@ class Durations:
     async def learn(self, name: str, ms: float) -> float:
         """Fold one measured duration into ``name``'s estimate; returns the new estimate."""
         return float(await self._ewma(keys=[keys.TOOL_DURATIONS], args=[name, f"{max(ms, 0.0):.3f}", self.alpha]))
-
-    async def estimate(self, name: str) -> float | None:
-        """The current estimate for ``name`` in milliseconds, or None before its first result."""
-        raw = await self.r.hget(keys.TOOL_DURATIONS, name)
-        return None if raw is None else float(raw)

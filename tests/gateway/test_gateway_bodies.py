@@ -10,7 +10,7 @@ import httpx
 import pytest
 from gateway_harness import MODEL, GwStack
 
-from gateway.bodies import ChatRequest, CreateSession
+from gateway.openai.bodies import ChatRequest, CreateSession
 from gateway.tool_schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from runtime.chat_template import ChatTokenizer
 from runtime.config import DEFAULT_MODEL_DIR

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from gateway.openai_format import ChatOptions, ChatStream, Diverged, UpstreamError
-from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
-                            ToolCallBegin, ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
+from gateway.openai.format import ChatOptions, ChatStream
+from gateway.translator import Diverged, ToolPolicy, UpstreamError
+from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
+                            ToolCallReady, TurnEnded, TurnRestarted, TurnStarted)
 
 
 def ev(body: Any, attempt: int = 1, turn: int = 0) -> Event:
@@ -31,10 +32,12 @@ TURN = ([TurnStarted(prompt_tokens=40, cached_tokens=32), ReasoningDelta(text="n
 
 
 OFFERED = frozenset({"get_weather", "get_time"})
+POLICY = ("offer_tools", "named", "parallel", "tools")  # run()'s options that are the ToolPolicy's
 
 
 def run(bodies: list[Any], attempts: list[int] | None = None, **opts: Any) -> tuple[ChatStream, list[dict]]:
-    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **{"tools": OFFERED, **opts}))
+    policy = {"tools": OFFERED, **{k: opts.pop(k) for k in POLICY if k in opts}}
+    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, **opts), ToolPolicy("call_x_", **policy))
     chunks: list[dict] = []
     for i, body in enumerate(bodies):
         chunks += stream.feed(ev(body, attempts[i] if attempts else 1))
@@ -117,7 +120,7 @@ def test_calls_of_functions_not_offered_are_dropped() -> None:
 
 def test_with_no_tools_offered_no_call_comes_back_and_the_turn_stops() -> None:
     for opts in ({"tools": frozenset()}, {}):  # offered none; or a caller that names no tools at all
-        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000, "call_x_", **opts))
+        stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000), ToolPolicy("call_x_", **opts))
         chunks = [c for b in TURN for c in stream.feed(ev(b))] + stream.finish()
         got = assemble(chunks)
         assert got["calls"] == [] and got["finish"] == "stop" and got["content"] == "Checking now."
@@ -173,8 +176,8 @@ def test_a_failed_session_raises() -> None:
 
 
 def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar() -> None:
-    from gateway.bodies import ChatRequest
-    from gateway.openai_api import plan_chat
+    from gateway.openai.bodies import ChatRequest
+    from gateway.openai.api import plan_chat
     from runtime.config import load_config
     from workers.decode.constraints import Calls, constraint_for
 

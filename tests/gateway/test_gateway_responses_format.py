@@ -1,4 +1,4 @@
-"""``gateway.responses_format``: session events -> Responses events, checked against the ``openai`` types."""
+"""``gateway.responses.format``: session events -> Responses events, checked against the ``openai`` types."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from gateway.responses_format import ResponseStream
-from gateway.responses_output import Policy, ResponseHead
+from gateway.responses.format import ResponseStream
+from gateway.responses.output import Policy, ResponseHead
 from schemas.events import (ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs, ToolCallBegin,
                             ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted, TurnStarted)
 

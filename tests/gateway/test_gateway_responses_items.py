@@ -1,4 +1,4 @@
-"""``gateway.responses_items``: input items -> the session's chat messages, and the stored item objects."""
+"""``gateway.responses.items``: input items -> the session's chat messages, and the stored item objects."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from openai.types.responses import ResponseItem
 
 from gateway.errors import ApiError
-from gateway.responses_body import CreateResponse
-from gateway.responses_items import item_objects, merge_system, normalize, to_messages
+from gateway.responses.body import CreateResponse
+from gateway.responses.items import item_objects, merge_system, normalize, to_messages
 
 ITEMS = pydantic.TypeAdapter(ResponseItem)
 

@@ -1,5 +1,6 @@
-"""gateway.responses_run: a stream the relay dropped (a slow client) goes on when the response is stored,
-so the client can resume it with ``starting_after``; one not stored cannot be read again and is cancelled."""
+"""gateway.responses.run (over gateway.runner.Run): a stream the relay dropped (a slow client) goes on
+when the response is stored, so the client can resume it with ``starting_after``; one not stored cannot
+be read again and is cancelled."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from standins import DroppedSubscription
+from standins import CancelRecordingOps, DroppedSubscription
 
-from gateway.responses_format import ResponseStream
-from gateway.responses_output import Policy, ResponseHead
-from gateway.responses_run import ResponseRun
-from runtime.session import Status
+from gateway.responses.format import ResponseStream
+from gateway.responses.output import Policy, ResponseHead
+from gateway.responses.run import sse
+from gateway.runner import Run
 
 HEAD = ResponseHead("s1", 1700000000, {"model": "tiny", "instructions": None, "tools": [], "tool_choice": "auto",
                                        "parallel_tool_calls": True, "metadata": {}})
@@ -27,29 +28,16 @@ class Relay:
         self.subs.remove(sub)
 
 
-class Ops:
-    """Records cancels of a session that is still running."""
-
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, int]] = []
-        self.sessions = SimpleNamespace(get=self._get)
-
-    async def _get(self, sid: str) -> Any:
-        return SimpleNamespace(status=Status.ACTIVE, turn=0)
-
-    async def cancel_unchecked(self, sid: str, turn: int) -> None:
-        self.cancelled.append((sid, turn))
-
-
 @pytest.mark.parametrize(("stored", "says", "cancelled"), [
     (object(), "starting_after=1", []),  # stored: generation goes on for the reader to resume
     (None, "cannot be resumed", [("s1", 0)]),  # store=false: nobody can read the rest
 ])
 async def test_a_dropped_stream_goes_on_only_when_it_can_be_resumed(stored: Any, says: str, cancelled: list) -> None:
-    sub, ops = DroppedSubscription(), Ops()
+    sub, ops = DroppedSubscription(), CancelRecordingOps()
     relay = Relay(sub)
-    run = ResponseRun(SimpleNamespace(ops=ops, relay=relay), "s1", ResponseStream(HEAD, Policy()), sub, stored)
-    frames = [chunk async for chunk in run.sse(cancel_on_leave=True)]
+    stream = ResponseStream(HEAD, Policy())
+    run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", stream, resumable=stored is not None)
+    frames = [chunk async for chunk in sse(run, stream, stored, cancel=True)]
     events = [json.loads(f.decode().split("data: ", 1)[1]) for f in frames]
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
     assert events[-1]["code"] == "relay_dropped" and says in events[-1]["message"], events[-1]

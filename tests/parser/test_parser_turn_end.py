@@ -36,7 +36,7 @@ async def _parse_until_stopped(w: ParserWorker, end_it) -> None:
     w.tokens.sweep_s = 0.2
     reader = asyncio.create_task(w.tokens.run())
     try:
-        turn = TurnParse(w, ParseTurn(sid="s", turn=0, attempt=1))
+        turn = TurnParse(w.ctx, ParseTurn(sid="s", turn=0, attempt=1))
         assert await turn.start()
         task = asyncio.create_task(w.tokens.parse(turn))
         await asyncio.sleep(0.5)

@@ -46,7 +46,7 @@ async def test_parser_skips_a_token_chunk_written_twice(r) -> None:
     log = [chunks[0], chunks[1], chunks[1], chunks[2], TokenEnd(turn=0, attempt=1, seq=3, finish_reason="stop")]
     await bus.publish(r, [(keys.tokens("dup"), encode(x)) for x in log])
     worker = ParserWorker(load_config(), r, dispatcher=None)  # no calls: nothing is dispatched
-    turn = TurnParse(worker, ParseTurn(sid="dup", turn=0, attempt=1))
+    turn = TurnParse(worker.ctx, ParseTurn(sid="dup", turn=0, attempt=1))
     assert await turn.start()
     reading = asyncio.create_task(worker.tokens.run())  # the parser's shared token reader
     try:

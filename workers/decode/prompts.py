@@ -66,6 +66,3 @@ class SessionPrompts:
         """The remembered ids of the session's last finished turn (empty if none)."""
         record = self.records.get(session)
         return record.ids if record else ()
-
-    def forget(self, session: str) -> None:
-        self.records.pop(session, None)

@@ -20,28 +20,45 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
 
 from runtime import bus, routing
-from runtime.session import Field, SessionInfo
+from runtime.config import Config
+from runtime.session import Field, SessionInfo, Sessions
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import Event, ParseTurn, TokenEnd, TurnRestarted, TurnStarted
-from workers.decode.chunks import AbortCheck, TurnChunks
+from workers.decode.chunks import AbortCheck, ChunkWriter, TurnChunks
 from workers.decode.constraints import turn_constraint
-from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
-
-if TYPE_CHECKING:
-    from workers.decode.worker import DecodeWorker
+from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
+from workers.decode.kv_holds import KvHolds
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnContext:
+    """What a turn being generated uses of its decoder (the decoder builds it once; a turn never
+    sees the worker itself)."""
+
+    cfg: Config
+    r: aioredis.Redis
+    me: str  # the decoder's worker id
+    engine: Engine
+    sessions: Sessions
+    chunks: ChunkWriter  # every turn's token chunks of a step: one round trip
+    kv: KvHolds
+    tokens_out: int = 0  # generated tokens, counted by the turns (every engine alike)
 
 
 class TurnRun:
     """Generates turn ``turn`` (attempt ``attempt``) of one session; ``run`` returns when it ended."""
 
-    def __init__(self, w: DecodeWorker, info: SessionInfo, turn: int, attempt: int, continuation: bool) -> None:
-        self.w, self.info, self.turn, self.attempt, self.continuation = w, info, turn, attempt, continuation
+    def __init__(self, ctx: TurnContext, info: SessionInfo, turn: int, attempt: int, continuation: bool) -> None:
+        self.ctx, self.info, self.turn, self.attempt, self.continuation = ctx, info, turn, attempt, continuation
         self.sid = info.sid
         self.parts: list[str] = []
         self.last: GenerateDelta | None = None
@@ -49,11 +66,11 @@ class TurnRun:
         self.prefill = ""  # the forced start of the turn: it leads the first delta
 
     async def run(self) -> None:
-        messages = await self.w.sessions.messages(self.sid)
+        messages = await self.ctx.sessions.messages(self.sid)
         self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
                                    continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
-                                   constraint=turn_constraint(self.w.cfg, self.info.tools, self.info.params,
+                                   constraint=turn_constraint(self.ctx.cfg, self.info.tools, self.info.params,
                                                               self.continuation, self.turn))
         self.prefill = self.req.params.prefill
         await self._announce()
@@ -63,27 +80,28 @@ class TurnRun:
             await self._stream()
         finally:
             with contextlib.suppress(*bus.REDIS_DOWN):
-                await routing.turn_ended(self.w.r, self.w.me)
+                await routing.turn_ended(self.ctx.r, self.ctx.me)
 
     async def _announce(self) -> None:
         """Queue the turn's parse job and route the conversation's next requests here, in one round
         trip (before the turn ends, so that a client's immediate follow-up already finds the route)."""
-        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.w.me,
-                        after=await bus.last_id(self.w.r, keys.tokens(self.sid)))
-        pipe = self.w.r.pipeline(transaction=False)
+        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me,
+                        after=await bus.last_id(self.ctx.r, keys.tokens(self.sid)))
+        pipe = self.ctx.r.pipeline(transaction=False)
         pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
-        routing.turn_started(pipe, self.w.cfg, routing.conversation_key(self.req.messages, self.req.tools), self.w.me)
+        key = routing.conversation_key(self.req.messages, self.req.tools)
+        routing.turn_started(pipe, self.ctx.cfg, key, self.ctx.me)
         await pipe.execute()
 
     async def _stream(self) -> None:
-        gen = self.w.engine.generate(self.req).__aiter__()
-        chunks = self.w.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
-                                    AbortCheck(self.w.engine, self.req, self.sid, self.turn))
+        gen = self.ctx.engine.generate(self.req).__aiter__()
+        chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
+                                    AbortCheck(self.ctx.engine, self.req, self.sid, self.turn))
         try:
             await self._pump(gen, chunks)
-            await self.w.chunks.flush(chunks)
+            await self.ctx.chunks.flush(chunks)
         finally:
-            self.w.chunks.close(chunks)
+            self.ctx.chunks.close(chunks)
             await self._abandon(gen)
             with contextlib.suppress(Exception):
                 await gen.aclose()
@@ -91,15 +109,15 @@ class TurnRun:
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=chunks.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(self.parts), stop_sequence=last.stop_sequence)
-        self.w.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
-        await self._through(lambda: self.w.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end),
+        self.ctx.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
+        await self._through(lambda: self.ctx.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end),
                                                              bus.TOKEN_STREAM_MAXLEN))
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
 
     async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
         """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""
-        add = self.w.chunks.add
+        add = self.ctx.chunks.add
         async for delta in gen:
             delta = self._take(delta)
             if not self.started:
@@ -109,7 +127,7 @@ class TurnRun:
                 return
 
     def _take(self, delta: GenerateDelta) -> GenerateDelta:
-        self.w.tokens_out += delta.n_tokens
+        self.ctx.tokens_out += delta.n_tokens
         if self.prefill:  # the turn's text includes the forced prefill the engine continued
             delta, self.prefill = dataclasses.replace(delta, text=self.prefill + delta.text), ""
         self.last = delta
@@ -121,7 +139,7 @@ class TurnRun:
         last = self.last
         await self._event(1, TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
                                          host_cached_tokens=last.host_cached_tokens,
-                                         worker=self.w.me, continuation=self.continuation))
+                                         worker=self.ctx.me, continuation=self.continuation))
 
     async def _through(self, call: Any) -> Any:
         """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
@@ -132,11 +150,11 @@ class TurnRun:
         if self.last is not None and self.last.finished:
             return
         with contextlib.suppress(Exception):
-            await self.w.engine.abort(self.req.rid)
+            await self.ctx.engine.abort(self.req.rid)
 
     async def _event(self, seq: int, body: Any) -> None:
         ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
                    body=body)
         data = encode(ev)
-        await self._through(lambda: self.w.sessions.publish_once(
+        await self._through(lambda: self.ctx.sessions.publish_once(
             self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))

@@ -29,7 +29,7 @@ from workers.decode.engine import Engine
 from workers.decode.errors import RequestTooLarge
 from workers.decode.housekeeping import Housekeeping
 from workers.decode.kv_holds import KvHolds
-from workers.decode.turn import TurnRun
+from workers.decode.turn import TurnContext, TurnRun
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ class DecodeWorker:
         self.me = cfg.worker_id or default_worker_id("decode")
         self.turns = Turns(r, cfg.session_ttl_s)
         self.sessions = self.turns.sessions
-        self.chunks = ChunkWriter(r, cfg.coalesce_tokens, cfg.coalesce_ms)  # every turn's chunks of a step: one round trip
         self.kv = KvHolds(cfg, engine, r)
+        chunks = ChunkWriter(r, cfg.coalesce_tokens, cfg.coalesce_ms)
+        self.ctx = TurnContext(cfg, r, self.me, engine, self.sessions, chunks, self.kv)
         self.housekeeping = Housekeeping(cfg, r, self.me, self.turns)
         reader = bus.GroupReader(r, [keys.DECODE_JOBS, keys.decoder_jobs(self.me)], keys.DECODE_GROUP, self.me,
                                  count=16, block_ms=cfg.block_ms)
@@ -49,7 +50,6 @@ class DecodeWorker:
                                  reclaim_idle_ms=cfg.reclaim_idle_ms,
                                  delete_acked=lambda stream: stream != keys.DECODE_JOBS)
         self.running: set[tuple[str, int]] = set()  # (sid, turn) being generated here
-        self.tokens_out = 0  # generated tokens, counted by the turns (every engine alike)
         self.heartbeat = Heartbeat(r, "decode", self.me, cfg.heartbeat_ms, cfg.heartbeat_ttl_ms, self._load,
                                    extra=self._report_load)
 
@@ -66,7 +66,8 @@ class DecodeWorker:
 
     # ------------------------------------------------------------------ periodic
     def _load(self) -> dict:
-        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running), tokens_out=self.tokens_out)
+        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running),
+                    tokens_out=self.ctx.tokens_out)
 
     def _report_load(self, pipe: object) -> None:
         pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
@@ -131,7 +132,7 @@ class DecodeWorker:
             attempt = await self._claim(sid, turn)
             if isinstance(attempt, Done):
                 return attempt
-            await TurnRun(self, info, turn, attempt, continuation).run()
+            await TurnRun(self.ctx, info, turn, attempt, continuation).run()
         finally:
             self.running.discard((sid, turn))
         return Done.ACK

@@ -27,23 +27,38 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import redis.asyncio as aioredis
 
 from runtime import bus
-from runtime.barrier import Arrival
-from runtime.session import Field, SessionMode
+from runtime.barrier import Arrival, Barrier
+from runtime.config import Config
+from runtime.session import Field, SessionMode, Sessions
+from runtime.tool_queue import Dispatcher
+from runtime.turns import Turns
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_token, encode
 from schemas.events import (ContentDelta, Event, ParseTurn, ReasoningDelta, TokenChunk, TokenEnd, ToolCallInvalid,
                             ToolCallReady, TurnEnded, TurnParsed, call_id_prefix)
 from workers.parser import make_parser
 
-if TYPE_CHECKING:
-    from workers.parser.worker import ParserWorker
-
 log = logging.getLogger(__name__)
 
 Call = ToolCallReady | ToolCallInvalid
+
+
+@dataclass
+class ParseContext:
+    """What a turn being parsed uses of its parser worker (the worker builds it once; a turn never
+    sees the worker itself)."""
+
+    cfg: Config
+    r: aioredis.Redis
+    turns: Turns
+    sessions: Sessions
+    barrier: Barrier
+    dispatcher: Dispatcher | None  # None: a parser that dispatches nothing (tests whose turns call no tool)
 
 
 class TurnSuperseded(Exception):
@@ -69,8 +84,8 @@ class Step:
 class TurnParse:
     """The parse of one turn attempt (see the module doc); ``done`` resolves when it is over."""
 
-    def __init__(self, w: ParserWorker, job: ParseTurn) -> None:
-        self.w, self.job = w, job
+    def __init__(self, ctx: ParseContext, job: ParseTurn) -> None:
+        self.ctx, self.job = ctx, job
         self.sid, self.turn, self.attempt = job.sid, job.turn, job.attempt
         self.stream = keys.tokens(job.sid)
         self.after = job.after  # the last token-log entry taken
@@ -86,26 +101,26 @@ class TurnParse:
 
     async def start(self) -> bool:
         """Read the session and what was already published; False when the session is gone."""
-        info = await self.w.sessions.get(self.sid)
+        info = await self.ctx.sessions.get(self.sid)
         if info is None:
             return False
         self.info = info
         self.offered = info.tool_names()
         calls = bool(info.tools) or info.mode is SessionMode.LOOP
-        self.parser = make_parser(self.w.cfg.tool_format, tools=info.tools or None,
-                                  reasoning=self.w.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
+        self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,
+                                  reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
                                   calls=calls)
-        self.published = int(await self.w.sessions.field(self.sid, self.cursor) or -1)
+        self.published = int(await self.ctx.sessions.field(self.sid, self.cursor) or -1)
         return True
 
     async def ended_elsewhere(self) -> bool:
         """The turn ended without its token end reaching this parser (its decode job failed for good,
         the session was cancelled, or its record expired): nothing more will come."""
-        ended = await self.w.sessions.field(self.sid, Field.ended(self.turn))
+        ended = await self.ctx.sessions.field(self.sid, Field.ended(self.turn))
         if ended is not None:
             log.info("session %s turn %d ended elsewhere; parse stops", self.sid, self.turn)
             return True
-        return not await self.w.r.exists(keys.session(self.sid))
+        return not await self.ctx.r.exists(keys.session(self.sid))
 
     # ------------------------------------------------------------------ the synchronous part
     def take(self, entries: list[bus.Entry]) -> Step:
@@ -160,7 +175,7 @@ class TurnParse:
 
     def publish_call(self, step: Step) -> bus.ScriptCall:
         """The publish of ``step``'s events, for the shared round trip; its reply goes to ``published_to``."""
-        return self.w.sessions.publish_call(self.sid, self.turn, self.cursor, step.items, bus.EVENT_STREAM_MAXLEN)
+        return self.ctx.sessions.publish_call(self.sid, self.turn, self.cursor, step.items, bus.EVENT_STREAM_MAXLEN)
 
     def published_to(self, mark: Any) -> None:
         self.published = int(mark)
@@ -169,7 +184,7 @@ class TurnParse:
     async def finish(self, step: Step) -> bool:
         """Publish a step that is not plain, in order, with what it brought; True when the turn is over."""
         for entry, reason in step.undecodable:
-            await bus.dead_letter(self.w.r, entry, reason)
+            await bus.dead_letter(self.ctx.r, entry, reason)
         await self._publish(step)
         if step.superseded:
             raise TurnSuperseded()
@@ -181,10 +196,10 @@ class TurnParse:
     async def _publish(self, step: Step) -> None:
         await self._await_client(step.calls)  # before the client can see them and post results
         if self.unpublished(step):
-            self.published = await self.w.sessions.publish_once(self.sid, self.turn, self.cursor, step.items,
+            self.published = await self.ctx.sessions.publish_once(self.sid, self.turn, self.cursor, step.items,
                                                                  bus.EVENT_STREAM_MAXLEN)
         self.calls += step.calls
-        if self.w.cfg.dispatch == "after_turn":
+        if self.ctx.cfg.dispatch == "after_turn":
             self.deferred += step.calls
         else:
             await self._dispatch(step.calls)
@@ -198,7 +213,7 @@ class TurnParse:
             return
         for call in calls:
             if self._is_client_call(call):
-                await self.w.barrier.awaiting_client(self.sid, self.turn, call.index, call.id, call.name,
+                await self.ctx.barrier.awaiting_client(self.sid, self.turn, call.index, call.id, call.name,
                                                       call.arguments)
 
     async def _dispatch(self, calls: list[Call]) -> None:
@@ -206,7 +221,7 @@ class TurnParse:
             return
         for call in calls:
             if not self._is_client_call(call):
-                await self.w.dispatcher.dispatch(self.sid, self.turn, self.attempt, call)
+                await self.ctx.dispatcher.dispatch(self.sid, self.turn, self.attempt, call)
 
     async def _end(self, end: TokenEnd) -> None:
         tail = Step()
@@ -214,7 +229,7 @@ class TurnParse:
         await self._publish(tail)
         await self._dispatch(self.deferred)
         reason = self._finish_reason(end)
-        await self.w.sessions.record_message(self.sid, self.turn, self._message(end.text))
+        await self.ctx.sessions.record_message(self.sid, self.turn, self._message(end.text))
         last = Step()
         self._events([TurnEnded(finish_reason=reason, completion_tokens=end.completion_tokens,
                                 n_calls=len(self.calls),
@@ -224,10 +239,10 @@ class TurnParse:
         log.info("sid=%s turn=%d attempt=%d parsed: %d calls, %s", self.sid, self.turn, self.attempt,
                  len(self.calls), end.finish_reason)
         if not self.calls or self.info.oneshot:
-            await self.w.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info)
+            await self.ctx.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info)
             return
-        if await self.w.barrier.turn_end(self.sid, self.turn, self._awaited()) == Arrival.COMPLETED:
-            await self.w.turns.complete(self.sid, self.turn)
+        if await self.ctx.barrier.turn_end(self.sid, self.turn, self._awaited()) == Arrival.COMPLETED:
+            await self.ctx.turns.complete(self.sid, self.turn)
 
     def _awaited(self) -> int:
         """Results the barrier waits for: every call, except in RETURN_CALLS the caller's own."""
@@ -251,7 +266,7 @@ class TurnParse:
         """The decoder that generated the turn pins its KV for these calls, or releases it."""
         if self.job.worker:
             parsed = TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[c.name for c in self.calls])
-            await bus.add(self.w.r, keys.decoder_jobs(self.job.worker), encode(parsed))
+            await bus.add(self.ctx.r, keys.decoder_jobs(self.job.worker), encode(parsed))
 
     def _finish_reason(self, end: TokenEnd) -> str:
         if end.finish_reason == "length":

@@ -26,7 +26,7 @@ from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job
 from schemas.events import ParseTurn
 from workers.parser.token_reader import TokenReader
-from workers.parser.turn_parse import TurnParse, TurnSuperseded
+from workers.parser.turn_parse import ParseContext, TurnParse, TurnSuperseded
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class ParserWorker:
         batcher = bus.Batcher(r)  # one round trip for many sessions
         self.turns = Turns(r, cfg.session_ttl_s, batcher=batcher)
         self.sessions, self.barrier = self.turns.sessions, self.turns.barrier
+        self.ctx = ParseContext(cfg, r, self.turns, self.sessions, self.barrier, dispatcher)
         self.tokens = TokenReader(r, r, batcher, keys.parser_wake(self.me), block_ms=5000)
         reader = bus.GroupReader(r, [keys.PARSE_JOBS], keys.PARSE_GROUP, self.me, count=16, block_ms=cfg.block_ms)
         self.consumer = Consumer(f"parser {self.me}", reader, self, self.turns, lease_s=cfg.lease_s,
@@ -59,7 +60,7 @@ class ParserWorker:
         job = decode_job(entry.data)
         if not isinstance(job, ParseTurn):
             raise UndecodableEntry(f"not a parse job: {type(job).__name__}")
-        turn = TurnParse(self, job)
+        turn = TurnParse(self.ctx, job)
         if not await turn.start():
             return Done.ACK  # the session is gone
         try:

@@ -1,13 +1,13 @@
 """A Responses request, validated against this deployment and mapped onto a session.
 
 * the conversation: the stored conversation of ``previous_response_id`` (its owner's only; it
-  must have finished) + the input items (``gateway.responses_items``); ``instructions`` go first
+  must have finished) + the input items (``gateway.responses.items``); ``instructions`` go first
   as a system message and are not carried over to a follow-up, as OpenAI does;
 * tools: ``function`` tools are client tools (their calls end the response), and so are the
   functions of a ``namespace`` tool (rendered by their own names, which must be unique; their
-  calls carry ``namespace``); ``mcp`` tools select server tools (``gateway.server_tools``) that
+  calls carry ``namespace``); ``mcp`` tools select server tools (``gateway.responses.server_tools``) that
   run while the model generates; any other type is a 400 naming it;
-* ``tool_choice`` as in chat completions (``gateway.openai_api``): ``none``, ``auto``, ``required``
+* ``tool_choice`` as in chat completions (``gateway.openai.api``): ``none``, ``auto``, ``required``
   and a named function, held by the decoder's grammar (``workers.decode.constraints``); with
   server tools only ``auto`` and ``none`` (a forced call would force every turn of the loop);
 * ``text.format``: ``text``, ``json_object`` or ``json_schema`` (the answer is held to the schema
@@ -23,16 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ApiError, forced_tool, unsupported
-from gateway.limits import check_counts
-from gateway.openai_api import DEFAULT_MAX_TOKENS, check_model, served_model
-from gateway.responses_body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
-                                    NamespaceTool, OtherChoice, ResponseInputs)
 from gateway import tool_schemas
-from gateway.responses_items import merge_system, normalize, to_messages
-from gateway.responses_output import Policy
-from gateway.responses_read import finished
-from gateway.server_tools import select
+from gateway.errors import ApiError
+from gateway.limits import check_counts
+from gateway.responses.body import (CreateResponse, FunctionChoice, FunctionTool, McpAllowedFilter, McpTool,
+                                    NamespaceTool, OtherChoice, ResponseInputs)
+from gateway.responses.items import merge_system, normalize, to_messages
+from gateway.responses.output import Policy
+from gateway.responses.read import finished
+from gateway.responses.server_tools import select
+from gateway.validation import (DEFAULT_MAX_TOKENS, check_format_type, check_model, forced_tool, served_model,
+                                unique_names, unsupported)
 
 # include values that change nothing here: no such items exist, or reasoning is never encrypted
 HARMLESS_INCLUDES = {"reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
@@ -166,9 +167,7 @@ async def _tools(state: Any, specs: list[Any]) -> _Tools:
         else:
             raise unsupported(f"tools[{i}].type", f"a tool of type {spec.type[:40]!r}")
     names = [t["function"]["name"] for t in out.rendered]
-    if len(set(names)) != len(names):
-        raise ApiError(400, "tools: tool names must be unique (across namespaces and server tools)",
-                       param="tools", code="invalid_value")
+    unique_names(names, "tool names (across namespaces and server tools)")
     return out
 
 
@@ -189,8 +188,7 @@ async def _mcp(state: Any, spec: McpTool, param: str) -> list[Any]:
 def _check_format(fmt: dict[str, Any]) -> None:
     """``text.format``: text, json_object, or json_schema with a usable ``schema`` (400 otherwise)."""
     kind = fmt.get("type")
-    if kind not in ("text", "json_object", "json_schema"):
-        raise unsupported("text.format", f"type {str(kind)[:40]!r}")
+    check_format_type("text.format", kind)
     if kind == "json_schema":
         schema = fmt.get("schema")
         if not isinstance(schema, dict):

@@ -25,20 +25,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from gateway import errors, strict_json
 from gateway.auth import Principal, reject, select_subprotocol
-from gateway.bodies import ToolResultIn
+from gateway.openai.bodies import ToolResultIn
 from gateway.errors import ApiError
 from gateway.frames import InvalidStreamId, StreamId, parse_id
 from gateway.relay import Dropped, Relay, Subscription
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
 from gateway.sse import EventStreamResponse, sse_comment, sse_event
+from gateway.state import GatewayState, gateway_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["sessions"])
@@ -64,8 +65,9 @@ async def session_events(sid: str, request: Request, after: str | None = Query(N
     """The session's events as Server-Sent Events (``id:`` is the event id; resume with Last-Event-ID)."""
     who: Principal = request.state.principal
     start = parse_after(last_event_id or after)
-    info = await request.app.state.ops.owned(sid, who)
-    relay: Relay = request.app.state.relay
+    state = gateway_state(request)
+    info = await state.ops.owned(sid, who)
+    relay = state.relay
     sub = await relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     return EventStreamResponse(_sse_body(relay, sub), abort=sub.ended)
 
@@ -84,26 +86,26 @@ async def _sse_body(relay: Relay, sub: Subscription) -> AsyncIterator[bytes]:
 @router.websocket("/v1/sessions/{sid}/ws")
 async def session_ws(ws: WebSocket, sid: str, after: str | None = Query(None)) -> None:
     who: Principal = ws.scope["state"]["principal"]
-    app = ws.app.state
+    state = gateway_state(ws)
     try:
         start = parse_after(after)
-        info = await app.ops.owned(sid, who)
+        info = await state.ops.owned(sid, who)
     except ApiError as err:
         await reject(ws.scope, ws.receive, ws.send, err)
         return
     await ws.accept(subprotocol=select_subprotocol(ws.scope))
-    sub = await app.relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
+    sub = await state.relay.subscribe(sid, start, stop_turn=info.turn, session_over=info.status != "active")
     try:
-        await WsSession(ws, sub, app.ops, who, app).run()
+        await WsSession(ws, sub, state.ops, who, state).run()
     finally:
-        app.relay.unsubscribe(sub)
+        state.relay.unsubscribe(sub)
 
 
 class WsSession:
     """One WebSocket: the pump (events out), the receiver (client messages in; notices a
     disconnect at once) and the drop signal run together; the first to finish ends the rest."""
 
-    def __init__(self, ws: WebSocket, sub: Subscription, ops: SessionOps, who: Principal, state: Any) -> None:
+    def __init__(self, ws: WebSocket, sub: Subscription, ops: SessionOps, who: Principal, state: GatewayState) -> None:
         self.ws, self.sub, self.ops, self.who, self.state = ws, sub, ops, who, state
         self.send_lock = asyncio.Lock()
         self.handling: asyncio.Future | None = None  # the client message being answered

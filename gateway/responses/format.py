@@ -22,7 +22,7 @@ stream resumed with ``starting_after=N`` is the translation from the start with 
     session.ended                response.completed | response.incomplete (max_output_tokens, max_messages
                                  for max_turns) | response.failed; nothing more for "cancelled"
 
-Output policies as in chat completions (``gateway.openai_format``): ``tool_choice: "none"``
+Output policies as in chat completions (``gateway.openai.format``): ``tool_choice: "none"``
 returns no calls, a named function drops calls of others, ``parallel_tool_calls: false``
 returns a turn's first client call only.  A turn regenerated after a decoder died
 (``turn.restarted`` or a higher attempt) is matched item by item against what was already
@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.openai_format import Diverged
-from gateway.responses_output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
+from gateway.responses.output import OutputItem, Policy, ResponseHead, Usage, exposed_call_id, usage_object
+from gateway.translator import Diverged
 from schemas.events import (PARSE_BODIES, ContentDelta, ErrorEvent, Event, ReasoningDelta, SessionEnded, ToolCallArgs,
                             ToolCallBegin, ToolCallInvalid, ToolCallReady, ToolResult, TurnEnded, TurnRestarted,
                             TurnStarted)
@@ -60,8 +60,9 @@ class _Turn:
 class ResponseStream:
     """The event stream and the Response object of one response (see the module doc)."""
 
-    def __init__(self, head: ResponseHead, policy: Policy) -> None:
+    def __init__(self, head: ResponseHead, policy: Policy, after: int = -1) -> None:
         self.head, self.policy = head, policy
+        self.after = after  # events up to this sequence number are translated but not returned (a resumed stream)
         self.seq = -1
         self.items: list[OutputItem] = []
         self.turns: dict[int, _Turn] = {}
@@ -82,7 +83,17 @@ class ResponseStream:
 
     def start(self) -> list[dict[str, Any]]:
         snap = self.snapshot()
-        return [self._ev("response.created", response=snap), self._ev("response.in_progress", response=snap)]
+        events = [self._ev("response.created", response=snap), self._ev("response.in_progress", response=snap)]
+        return self._past(events)
+
+    def finish(self) -> list[dict[str, Any]]:
+        return []  # the terminal event went out with session.ended
+
+    def _past(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` without those a resuming client already has."""
+        if self.after < 0 or not events or events[0]["sequence_number"] > self.after:
+            return events
+        return [e for e in events if e["sequence_number"] > self.after]
 
     def snapshot(self) -> dict[str, Any]:
         """The Response object as it stands."""
@@ -103,9 +114,9 @@ class ResponseStream:
             if ev.attempt > turn.attempt:
                 self._restart(turn, ev.attempt)
         try:
-            return self._dispatch(ev, turn)
+            return self._past(self._dispatch(ev, turn))
         except Diverged as exc:
-            return self._fail(f"generation failed: {exc}")
+            return self._past(self._fail(f"generation failed: {exc}"))
 
     def _dispatch(self, ev: Event, turn: _Turn) -> list[dict[str, Any]]:
         body = ev.body

@@ -16,7 +16,7 @@ OpenAI-shaped form the decoder renders with the model's chat template.
 
 ``tool_choice``: ``none`` renders no tools; ``tool`` renders only that tool and forces the turn
 to call it, ``any`` forces a call of one (where the deployment's format can be forced, see
-``gateway.openai_api``); ``disable_parallel_tool_use`` returns only the first call.
+``gateway.openai.api``); ``disable_parallel_tool_use`` returns only the first call.
 ``cache_control`` anywhere (top level, system, message blocks, tools) sets
 ``params["keep_kv_s"]``: how long the decoder keeps the conversation's KV pinned after the
 turn (300 s for the default ``5m``, 3600 s for ``1h``; the longest wins; the decoder caps it).
@@ -35,12 +35,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.anthropic_bodies import (Block, CacheControl, CountTokensRequest, InputMessage, MessagesRequest,
+from gateway.anthropic.bodies import (Block, CacheControl, CountTokensRequest, InputMessage, MessagesRequest,
                                       OtherBlock, TextBlock, ToolResultBlock, ToolUseBlock)
-from gateway.bodies import ToolDef
-from gateway.errors import ApiError
+from gateway.openai.bodies import ToolDef
 from gateway.limits import check_counts
-from gateway.openai_api import check_model
+from gateway.validation import check_model, invalid, unique_names
 from runtime.config import Config
 
 KEEP_KV_S = {"5m": 300, "1h": 3600}
@@ -58,7 +57,7 @@ class Prompt:
 
 @dataclass(frozen=True)
 class MessagesPlan:
-    """A validated Messages request, as a oneshot session (``gateway.oneshot.Plan``)."""
+    """A validated Messages request, as a oneshot session (``gateway.runner.Plan``)."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
@@ -70,18 +69,13 @@ class MessagesPlan:
     thinking: bool  # reasoning is streamed as thinking blocks
 
 
-def invalid(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param, code="invalid_value")
-
-
 def prompt(cfg: Config, body: CountTokensRequest) -> Prompt:
     """Check the request against this deployment and map its conversation and tools (see the module doc)."""
     check_model(cfg, body.model)
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []))
     tools = [_tool(i, t) for i, t in enumerate(body.tools or [])]
     names = [t["function"]["name"] for t in tools]
-    if len(set(names)) != len(names):
-        raise invalid("tools", "tool names must be unique")
+    unique_names(names)
     named = _named(body, names)
     offer = body.tool_choice is None or body.tool_choice.type != "none"
     rendered = [t for t in tools if named is None or t["function"]["name"] == named] if offer else []

@@ -17,8 +17,8 @@ from typing import Any
 from gateway.errors import ApiError, not_found
 from gateway.frames import fmt_id, make_frame, parse_id
 from gateway.relay import HISTORY_PAGE
-from gateway.responses_format import ResponseStream
-from gateway.responses_store import ResponseStore, StoredResponse
+from gateway.responses.format import ResponseStream
+from gateway.responses.store import ResponseStore, StoredResponse
 from runtime import bus
 from schemas import keys
 from schemas.events import Event

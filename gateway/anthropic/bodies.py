@@ -3,7 +3,7 @@
 Field names, types and ranges follow the ``anthropic`` package's ``MessageCreateParams`` and
 ``MessageCountTokensParams``.  Static shape rules live here; what depends on the deployment
 (the model, limits, unsupported content such as images) is checked when the request is mapped
-onto a session (``gateway.anthropic_plan``), so that the message says what is unsupported
+onto a session (``gateway.anthropic.plan``), so that the message says what is unsupported
 instead of what failed to parse.  Unknown fields are ignored, as other servers do.
 
 Content blocks are told apart by ``type``; a type this server does not take (``image``,
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from gateway.bodies import NAME_PATTERN, Replay, _check_replay
+from gateway.openai.bodies import NAME_PATTERN, Replay, _check_replay
 
 
 class CacheControl(BaseModel):

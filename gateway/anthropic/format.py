@@ -1,8 +1,7 @@
 """Session events -> Anthropic Messages stream events and message (pure: no I/O).
 
-``MessageStream`` is a translator over the same core as chat completions: a
-``gateway.openai_format.ChatStream`` (tool_choice filtering, parallel calls, seamless
-regenerated turns, usage) turns events into deltas, and this module groups those deltas into
+``MessageStream`` reads a turn's output as chat completions do (``gateway.translator.TurnOutput``:
+tool_choice filtering, parallel calls, seamless regenerated turns, usage) and groups it into
 Anthropic's content blocks and events, exactly as the ``anthropic`` package's types have them:
 
     message_start      {"message": {"id", "type": "message", "role": "assistant", "model",
@@ -37,7 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.openai_format import ChatOptions, ChatStream, Diverged
+from gateway.translator import CALL, REASONING, TEXT, Call, Diverged, ToolPolicy, TurnOutput
 from schemas.events import Event, TurnStarted
 
 
@@ -45,39 +44,36 @@ from schemas.events import Event, TurnStarted
 class MessageOptions:
     message_id: str
     model: str
-    tool_id_base: str  # returned tool_use ids are tool_id_base + output index
-    offer_tools: bool = True
-    named: str | None = None
-    parallel: bool = True
     thinking: bool = False
-    tools: frozenset[str] = frozenset()  # the offered tools: calls of any other are never returned
 
 
 class MessageStream:
     """The stream events of one Messages response (see the module doc)."""
 
-    def __init__(self, opts: MessageOptions) -> None:
+    def __init__(self, opts: MessageOptions, policy: ToolPolicy) -> None:
         self.opts = opts
-        self.chat = ChatStream(ChatOptions(opts.message_id, opts.model, 0, opts.tool_id_base, opts.offer_tools,
-                                           opts.named, opts.parallel, tools=opts.tools))
+        self.out = TurnOutput(policy)
         self.blocks: list[dict[str, Any]] = []  # content blocks as started (empty text, thinking, input)
         self._pieces: list[list[str]] = []  # each block's streamed deltas, joined once by message()
         self.open: int | None = None  # index of the open block
-        self._calls: dict[int, int] = {}  # returned call index -> block index
+        self._calls: dict[int, int] = {}  # returned call's output index -> its block's index
         self._space = ""  # whitespace held back while no text block is open
         self.started = False
 
     @property
     def ended(self) -> bool:
-        return self.chat.ended
+        return self.out.ended
 
     # ------------------------------------------------------------------ events in
+    def start(self) -> list[dict[str, Any]]:
+        return []  # message_start waits for turn.started: its prompt counts are real then
+
     def feed(self, ev: Event) -> list[dict[str, Any]]:
         """Stream events for one session event (often none).  Raises UpstreamError or Diverged."""
-        chunks = self.chat.feed(ev)
-        out = self._start() if not self.started and (chunks or isinstance(ev.body, TurnStarted)) else []
-        for chunk in chunks:
-            out += self._delta(chunk["choices"][0]["delta"])
+        pieces = self.out.feed(ev)
+        out = self._start() if not self.started and (pieces or isinstance(ev.body, TurnStarted)) else []
+        for piece in pieces:
+            out += self._piece(piece)
         return out
 
     def _start(self) -> list[dict[str, Any]]:
@@ -86,16 +82,15 @@ class MessageStream:
                    "content": [], "stop_reason": None, "stop_sequence": None, "usage": self.usage(output=False)}
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
-    def _delta(self, d: dict[str, Any]) -> list[dict[str, Any]]:
-        if d.get("content"):
-            return self._text(d["content"])
-        if d.get("reasoning_content") and self.opts.thinking:
-            return self._open("thinking") + [self._block_delta({"type": "thinking_delta",
-                                                                 "thinking": d["reasoning_content"]})]
-        if d.get("tool_calls"):
-            call = d["tool_calls"][0]
-            return self._call(call) if "id" in call else self._args(call)
-        return []
+    def _piece(self, piece: tuple[Any, ...]) -> list[dict[str, Any]]:
+        kind = piece[0]
+        if kind is TEXT:
+            return self._text(piece[1])
+        if kind is REASONING:
+            if not self.opts.thinking:
+                return []
+            return self._open("thinking") + [self._block_delta({"type": "thinking_delta", "thinking": piece[1]})]
+        return self._call(piece[1]) if kind is CALL else self._args(piece[1], piece[2])
 
     def _text(self, text: str) -> list[dict[str, Any]]:
         if self._kind() != "text":
@@ -105,18 +100,17 @@ class MessageStream:
             text, self._space = self._space + text, ""
         return self._open("text") + [self._block_delta({"type": "text_delta", "text": text})]
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _call(self, call: Call) -> list[dict[str, Any]]:
         self._space = ""
         out = self._close()
-        self._calls[call["index"]] = len(self.blocks)
-        fn = call["function"]
-        return out + self._begin({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": {}})
+        self._calls[call.out] = len(self.blocks)
+        return out + self._begin({"type": "tool_use", "id": call.id, "name": call.name, "input": {}})
 
-    def _args(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        at = self._calls.get(call["index"])
+    def _args(self, call: Call, fragment: str) -> list[dict[str, Any]]:
+        at = self._calls.get(call.out)
         if at is None or at != self.open:
             raise Diverged("regenerated arguments of a call whose block was closed")
-        return [self._block_delta({"type": "input_json_delta", "partial_json": call["function"]["arguments"]})]
+        return [self._block_delta({"type": "input_json_delta", "partial_json": fragment})]
 
     # ------------------------------------------------------------------ blocks
     def _kind(self) -> str | None:
@@ -147,20 +141,19 @@ class MessageStream:
 
     # ------------------------------------------------------------------ the end
     def stop_reason(self) -> str:
-        if self.chat.finish_reason == "length":
+        if self.out.finish_reason == "length":
             return "max_tokens"
-        if self.chat.calls:
+        if self.out.calls:
             return "tool_use"
-        return "stop_sequence" if self.chat.stop_sequence is not None else "end_turn"
+        return "stop_sequence" if self.out.stop_sequence is not None else "end_turn"
 
     def stop_sequence(self) -> str | None:
-        return self.chat.stop_sequence if self.stop_reason() == "stop_sequence" else None
+        return self.out.stop_sequence if self.stop_reason() == "stop_sequence" else None
 
     def usage(self, output: bool = True) -> dict[str, Any]:
-        u = self.chat.usage
-        return {"input_tokens": max(0, u["prompt_tokens"] - u["cached_tokens"]), "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": u["cached_tokens"],
-                "output_tokens": u["completion_tokens"] if output else 0}
+        o = self.out
+        return {"input_tokens": max(0, o.prompt_tokens - o.cached_tokens), "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": o.cached_tokens, "output_tokens": o.completion_tokens if output else 0}
 
     def finish(self) -> list[dict[str, Any]]:
         """The closing events: the open block's stop, ``message_delta``, ``message_stop``."""

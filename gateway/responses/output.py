@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.openai_format import StreamedText
-from gateway.server_tools import OWN_LABEL
+from gateway.responses.server_tools import OWN_LABEL
+from gateway.translator import StreamedText
 
 _ID_PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc", "mcp_call": "mcp"}
 

@@ -1,4 +1,4 @@
-"""gateway.oneshot: a session whose start fails leaves no watch in the relay; a stream that ends
+"""gateway.runner: a session whose start fails leaves no watch in the relay; a stream that ends
 before its session (the relay dropped it) cancels the session."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from standins import DroppedSubscription
+from standins import CancelRecordingOps, DroppedSubscription
 
-from gateway.oneshot import OneshotRun, open_session
+from gateway.runner import Run, failure, open_session
 
 
 class RecordingRelay:
@@ -69,8 +69,13 @@ class EndedSubscription:
 
 
 class Translator:
+    """Passes each event through as one item; the first event ends the session."""
+
     def __init__(self) -> None:
         self.ended = False
+
+    def start(self) -> list[Any]:
+        return []
 
     def feed(self, ev: Any) -> list[Any]:
         self.ended = True
@@ -80,14 +85,6 @@ class Translator:
         return []
 
 
-class CancelRecordingOps:
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, int]] = []
-
-    async def cancel_unchecked(self, sid: str, turn: int) -> None:
-        self.cancelled.append((sid, turn))
-
-
 @pytest.mark.parametrize(("sub", "body", "cancelled"), [
     (DroppedSubscription(), [b"relay_dropped"], [("s1", 0)]),  # nobody can read the rest: stop generating
     (EndedSubscription(), [b"the last event"], []),
@@ -95,6 +92,7 @@ class CancelRecordingOps:
 async def test_a_stream_that_ends_before_its_session_cancels_it(sub: Any, body: list[bytes], cancelled: list) -> None:
     ops, relay = CancelRecordingOps(), RecordingRelay()
     relay.subs.append(sub)
-    run = OneshotRun(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Translator())
-    out = [chunk async for chunk in run.stream(lambda item: item.encode(), lambda err: (err.code or "").encode())]
+    run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Translator())
+    out = [chunk async for chunk in run.stream(lambda item: item.encode(),
+                                               lambda exc: (failure(exc).code or "").encode())]
     assert out == body and ops.cancelled == cancelled and relay.subs == []

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import unsupported
-from gateway.responses_body import (ContentPart, FunctionCallItem, FunctionCallOutputItem, McpCallItem, MessageItem,
+from gateway.responses.body import (ContentPart, FunctionCallItem, FunctionCallOutputItem, McpCallItem, MessageItem,
                                     OtherItem, ReasoningItem)
-from gateway.server_tools import model_name
+from gateway.responses.server_tools import model_name
+from gateway.validation import unsupported
 
 _TEXT_PARTS = {"input_text", "output_text", "text", "refusal"}
 

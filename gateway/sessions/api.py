@@ -1,4 +1,4 @@
-"""Session API (server-side agent loop), HTTP part; the event streams are in ``gateway.streams``.
+"""Session API (server-side agent loop), HTTP part; the event streams are in ``gateway.sessions.streams``.
 
     POST /v1/sessions                      create and start          -> 201 {id, status, ws_url, events_url}
     GET  /v1/sessions/{id}                 status, turn, conversation, last_event_id
@@ -10,32 +10,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from gateway.auth import Principal
-from gateway.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
-from gateway.errors import ApiError, forced_tool
+from gateway.auth import Caller
+from gateway.openai.bodies import AddMessage, CreateSession, NamedToolChoice, ToolDef, ToolResultIn, flatten
+from gateway.errors import ApiError
 from gateway.limits import check_counts
-from gateway.session_ops import SessionOps
+from gateway.sessions.ops import SessionOps
+from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
+from gateway.validation import check_format_type, forced_tool
 from runtime.routing import conversation_key
 from runtime.session import SessionInfo, Status
 from runtime.tool_catalog import ToolCatalog, ToolRequestError, split_tools
 
-router = APIRouter(tags=["sessions"])
-
-
-def principal(request: Request) -> Principal:
-    """The caller, authenticated by ``gateway.auth.AuthMiddleware``."""
-    return request.state.principal
-
-
-Caller = Annotated[Principal, Depends(principal)]
+router = APIRouter(tags=["sessions"], route_class=ParsedBodyRoute)
 
 
 def ops(request: Request) -> SessionOps:
-    return request.app.state.ops
+    return gateway_state(request).ops
 
 
 async def resolve_tools(catalog: ToolCatalog, requested: list[str | ToolDef] | None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -56,9 +51,8 @@ def _intent(body: CreateSession, tools: list[dict[str, Any]]) -> dict[str, Any]:
     forced_tool(choice == "required", choice.function.name if named else None, {t["function"]["name"] for t in tools})
     choice = choice.model_dump() if named else choice
     fmt = body.response_format.model_dump(exclude_none=True) if body.response_format else None
-    if fmt and fmt["type"] not in ("text", "json_object", "json_schema"):
-        raise ApiError(400, f"response_format: type {fmt['type'][:40]!r} is not supported by this server",
-                       param="response_format", code="unsupported_value")
+    if fmt:
+        check_format_type("response_format", fmt["type"])
     so = body.structured_outputs
     so = [x.as_dict() for x in so] if isinstance(so, list) else so.as_dict() if so else None
     return {k: v for k, v in {"tool_choice": choice, "response_format": fmt, "structured_outputs": so}.items()
@@ -84,14 +78,15 @@ def _links(sid: str, after: str = "0-0") -> dict[str, str]:
                                       "sessionEvents"))
 async def create_session(body: CreateSession, request: Request, who: Caller) -> dict[str, Any]:
     """Create a session and queue its first turn; follow it on ``ws_url`` or ``events_url``."""
-    cfg = request.app.state.cfg
+    state = gateway_state(request)
+    cfg = state.cfg
     max_turns = body.max_turns or cfg.max_turns
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_turns=max_turns,
                  max_tokens=body.max_tokens)
-    tools, client = await resolve_tools(request.app.state.catalog, body.tools)
+    tools, client = await resolve_tools(state.catalog, body.tools)
     messages = [m.as_dict() for m in body.messages]
-    await request.app.state.context.fits(messages, tools, max_tokens=body.max_tokens,
-                                         sent="max_tokens" in body.model_fields_set)
+    await state.context.fits(messages, tools, max_tokens=body.max_tokens,
+                             sent="max_tokens" in body.model_fields_set)
     params = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "seed": body.seed, "stop": body.stop, **_intent(body, tools)}
     o = ops(request)
@@ -117,7 +112,7 @@ async def add_message(sid: str, body: AddMessage, request: Request,
 
     Subscribe with ``after`` (the event id before the new turn) to follow just the new turn.
     """
-    check_counts(request.app.state.cfg, max_turns=body.max_turns)
+    check_counts(gateway_state(request).cfg, max_turns=body.max_turns)
     content = flatten(body.content) or ""
     info = await ops(request).continuable(sid, who)  # 409s first, whatever the message
     await _fits_after(request, sid, info, content)
@@ -129,8 +124,8 @@ async def _fits_after(request: Request, sid: str, info: SessionInfo, content: st
     """400 when the stored conversation (complete: the session is not running a turn) and ``content``
     cannot fit the context."""
     messages = await ops(request).sessions.messages(sid) + [{"role": "user", "content": content}]
-    await request.app.state.context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
-                                         sent=False)
+    await gateway_state(request).context.fits(messages, info.tools, max_tokens=int(info.params.get("max_tokens", 1)),
+                                              sent=False)
 
 
 @router.post("/v1/sessions/{sid}/tool_results", operation_id="postToolResults",
@@ -159,4 +154,4 @@ async def cancel_session(sid: str, request: Request, who: Caller) -> dict[str, A
 @router.get("/v1/tools")
 async def list_tools(request: Request, who: Caller) -> dict[str, Any]:
     """The server tools of this deployment, as OpenAI tool definitions."""
-    return {"object": "list", "data": [t.openai() for t in (await request.app.state.catalog.tools()).values()]}
+    return {"object": "list", "data": [t.openai() for t in (await gateway_state(request).catalog.tools()).values()]}

@@ -8,12 +8,12 @@
     GET    /v1/responses/{id}/input_items      its input items (after, limit, order)
     POST   /v1/responses/input_tokens          count a request's input tokens with the model's own template
 
-A response is a session (``gateway.session_ops``): its id is ``resp_<sid>``.  Without server
+A response is a session (``gateway.sessions.ops``): its id is ``resp_<sid>``.  Without server
 tools it is a one-turn session whose calls all go back to the client (as a chat completion);
 with server tools (``mcp`` tools) it is the server's loop (``SessionMode.RETURN_CALLS``): their
 calls run on the tool workers, and a turn that calls a client tool ends it.  Its events are
-translated by ``gateway.responses_format``; a stored one (``store``, the default) is kept by
-``gateway.responses_store`` for ``response_ttl_s`` and belongs to the API key that made it
+translated by ``gateway.responses.format``; a stored one (``store``, the default) is kept by
+``gateway.responses.store`` for ``response_ttl_s`` and belongs to the API key that made it
 (others get 404).  A follow-up with ``previous_response_id`` is a new session
 whose conversation is the stored one plus the new input, queued on the decoder that ran the
 previous one (it may still hold the KV).  A non-background client that disconnects cancels
@@ -28,30 +28,33 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.openai_api import check_model
-from gateway.responses_body import CreateResponse, ResponseInputs
-from gateway.responses_format import ResponseStream
-from gateway.responses_items import item_objects
-from gateway.responses_output import ResponseHead
-from gateway.responses_plan import Plan, build_prompt, plan
-from gateway.responses_read import current, owned, store_of
-from gateway.responses_run import ResponseRun, cancel_session, spawn_follower
-from gateway.sessions import Caller
+from gateway.responses.body import CreateResponse, ResponseInputs
+from gateway.responses.format import ResponseStream
+from gateway.responses.items import item_objects
+from gateway.responses.output import ResponseHead
+from gateway.responses.plan import Plan, build_prompt, plan
+from gateway.responses.read import current, owned, store_of
+from gateway.responses.run import open_run, sse
+from gateway.runner import cancel_session, create_session
 from gateway.sse import EventStreamResponse
+from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
+from gateway.validation import check_model
 from runtime.chat_template import PromptError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode
 
-router = APIRouter(tags=["responses"])
+router = APIRouter(tags=["responses"], route_class=ParsedBodyRoute)
 _SSE = {200: {"content": {"text/event-stream": {}}, "description": "a Response object, or its events when streaming"}}
 
 
 @router.post("/v1/responses", response_model=None, responses=_SSE)
 async def create_response(body: CreateResponse, request: Request, who: Caller) -> Any:
     """Create a model response (streamed with ``stream: true``; unattended with ``background: true``)."""
-    state = request.app.state
+    state = gateway_state(request)
     p = await plan(state, body, who.key_id)
     sid = await _session(state, p, who, body.max_output_tokens is not None)
     head = ResponseHead(sid, int(time.time()), p.echo)
@@ -63,15 +66,18 @@ async def create_response(body: CreateResponse, request: Request, who: Caller) -
     key = None if p.prompt.owner else conversation_key(p.prompt.messages, p.prompt.tools)
     await state.ops.start(sid, route_key=key, owner=p.prompt.owner)
     if body.background:
-        spawn_follower(state, await ResponseRun.open(state, sid, ResponseStream(head, p.prompt.policy), stored))
+        (await open_run(state, sid, ResponseStream(head, p.prompt.policy), stored)).spawn()
+    stream = ResponseStream(head, p.prompt.policy)
     if not body.stream and body.background:
-        stream = ResponseStream(head, p.prompt.policy)
         stream.start()
         return JSONResponse(stream.snapshot())
-    run = await ResponseRun.open(state, sid, ResponseStream(head, p.prompt.policy), stored)
+    run = await open_run(state, sid, stream, stored)
     if body.stream:
-        return EventStreamResponse(run.sse(cancel_on_leave=not body.background), abort=run.sub.ended)
-    return await run.collect(request)
+        return EventStreamResponse(sse(run, stream, stored, cancel=not body.background), abort=run.sub.ended)
+    err = await run.collect(request)
+    if err is not None:
+        raise err
+    return JSONResponse(stream.snapshot())
 
 
 async def _session(state: Any, p: Plan, who: Any, max_tokens_sent: bool) -> str:
@@ -80,38 +86,36 @@ async def _session(state: Any, p: Plan, who: Any, max_tokens_sent: bool) -> str:
     server calls have results, or ``max_turns``)."""
     prompt = p.prompt
     mode, max_turns = (SessionMode.RETURN_CALLS, state.cfg.max_turns) if p.server_tools else (SessionMode.ONESHOT, 1)
-    try:  # a 400 when the prompt cannot fit the context; an unsent max_output_tokens is lowered to the room left
-        max_tokens = await state.context.fits(prompt.messages, prompt.tools, max_tokens=p.params["max_tokens"],
-                                              sent=max_tokens_sent)
-    except ApiError as err:
+    try:
+        return await create_session(state, who, prompt.messages, prompt.tools, client_tools=prompt.client_tools,
+                                    params=p.params, max_tokens_sent=max_tokens_sent, meta=p.meta,
+                                    max_turns=max_turns, mode=mode)
+    except ApiError as err:  # the prompt cannot fit the context: name the field as this API calls it
         if err.param == "messages":
             err.param = "input"
         raise
-    return await state.ops.create(who, prompt.messages, tools=prompt.tools, client_tools=prompt.client_tools,
-                                  params={**p.params, "max_tokens": max_tokens}, max_turns=max_turns, meta=p.meta,
-                                  mode=mode)
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=_SSE)
 async def get_response(response_id: str, request: Request, who: Caller, stream: bool = False,
                        starting_after: int | None = Query(None, ge=-1)) -> Any:
     """A stored response; with ``stream=true`` its events after ``starting_after``, then live ones."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     if not stream:
         return await current(state, stored)
     if await state.ops.sessions.get(stored.sid) is None:
         raise ApiError(409, "the event log of this response has expired; retrieve it without stream=true",
                        param="stream", code="events_expired")
-    run = await ResponseRun.open(state, stored.sid, ResponseStream(stored.head, stored.policy), stored,
-                                 after=-1 if starting_after is None else starting_after)
-    return EventStreamResponse(run.sse(cancel_on_leave=False), abort=run.sub.ended)
+    stream = ResponseStream(stored.head, stored.policy, after=-1 if starting_after is None else starting_after)
+    run = await open_run(state, stored.sid, stream, stored)
+    return EventStreamResponse(sse(run, stream, stored, cancel=False), abort=run.sub.ended)
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """Forget a stored response (a running one is cancelled first)."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     await cancel_session(state, stored.sid)
     await store_of(state).delete(stored.sid)
@@ -121,7 +125,7 @@ async def delete_response(response_id: str, request: Request, who: Caller) -> di
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """Cancel a running response; a cancelled one is returned as it is, a finished one is a 400."""
-    state = request.app.state
+    state = gateway_state(request)
     stored = await owned(state, response_id, who.key_id)
     now = await current(state, stored)
     if now["status"] == "cancelled":
@@ -137,7 +141,7 @@ async def list_input_items(response_id: str, request: Request, who: Caller, afte
                            limit: int = Query(20, ge=1, le=100),
                            order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
     """The response's input items, newest first unless ``order=asc``, paged by item id."""
-    stored = await owned(request.app.state, response_id, who.key_id)
+    stored = await owned(gateway_state(request), response_id, who.key_id)
     items = stored.input if order == "asc" else stored.input[::-1]
     if after is not None:
         ids = [i["id"] for i in items]
@@ -157,7 +161,7 @@ class CountTokens(ResponseInputs):
 @router.post("/v1/responses/input_tokens")
 async def count_input_tokens(body: CountTokens, request: Request, who: Caller) -> dict[str, Any]:
     """How many tokens the request's input would take, rendered by the served model's own chat template."""
-    state = request.app.state
+    state = gateway_state(request)
     if body.model is not None:
         check_model(state.cfg, body.model)
     prompt = await build_prompt(state, body, who.key_id)

@@ -16,7 +16,7 @@ slot (its key carries ``{sid}``):
 
 Lifetime: the hash expires ``response_ttl_s`` after it is created, and again after it is
 finalized.  Until then the Response object is translated from the session's event log
-(``gateway.responses_format``), which is also what a resumed stream replays.
+(``gateway.responses.format``), which is also what a resumed stream replays.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.responses_output import Policy, ResponseHead, exposed_call_id
+from gateway.responses.output import Policy, ResponseHead, exposed_call_id
 from schemas import keys
 
 _INTERNAL_CALL_ID = re.compile(r"^call_\d+_\d+$")

@@ -2,13 +2,13 @@
 
 Shapes follow ``openai.types.responses`` (``ResponseCreateParams``, ``ResponseInputItemParam``,
 ``FunctionToolParam``, ``tool_param.Mcp``).  Static shape rules live here; whether a field is
-*supported* by this server is decided by ``gateway.responses_plan``, which answers 400 naming
+*supported* by this server is decided by ``gateway.responses.plan``, which answers 400 naming
 the field for anything that would change the result and is not implemented.  Input items and
 tools of a type this server does not know are parsed as ``OtherItem`` / ``OtherTool`` so that
 the plan can say which one, instead of a generic union error.  Fields OpenAI defines that do
 not change the result (``prompt_cache_key``, ``safety_identifier``, ``service_tier``,
 ``stream_options``, ...) and unknown fields are ignored.  ``replay`` is the test/benchmark
-extension read only by the ReplayEngine (``gateway.bodies``).
+extension read only by the ReplayEngine (``gateway.openai.bodies``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from gateway.bodies import NAME_PATTERN, FunctionDef, Replay, _check_replay
+from gateway.openai.bodies import NAME_PATTERN, FunctionDef, Replay, _check_replay
 
 
 # --------------------------------------------------------------------------- input items
@@ -128,7 +128,7 @@ class McpAllowedFilter(BaseModel):
 
 
 class McpTool(BaseModel):
-    """Server tools (``gateway.server_tools``): ``server_label`` "turnstream" is the server's own tools, any
+    """Server tools (``gateway.responses.server_tools``): ``server_label`` "turnstream" is the server's own tools, any
     other label a configured MCP server of that name."""
 
     model_config = ConfigDict(extra="allow")

@@ -1,9 +1,9 @@
 """Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-A Messages request is a oneshot session, as a chat completion is (``gateway.oneshot``): the
-conversation (``gateway.anthropic_plan``) becomes a new one-turn session whose tools are all
+A Messages request is a oneshot session, as a chat completion is (``gateway.runner``): the
+conversation (``gateway.anthropic.plan``) becomes a new one-turn session whose tools are all
 client tools, and the session's events are translated into Anthropic's stream events or one
-message (``gateway.anthropic_format``).  The decoder finds the KV of an earlier request of the
+message (``gateway.anthropic.format``).  The decoder finds the KV of an earlier request of the
 conversation by prefix, which is reported as ``usage.cache_read_input_tokens``.
 
 Streamed responses are ``event: <type>`` / ``data: <json>`` pairs; while nothing happens a
@@ -11,7 +11,7 @@ Streamed responses are ``event: <type>`` / ``data: <json>`` pairs; while nothing
 ``error`` event in Anthropic's error shape.  Clients authenticate with ``x-api-key`` or
 ``Authorization: Bearer`` (``gateway.auth``); ``anthropic-version`` and ``anthropic-beta``
 headers and query strings such as Claude Code's ``?beta=true`` are accepted and ignored.
-Every error on these routes is in Anthropic's shape (``gateway.anthropic_errors``).
+Every error on these routes is in Anthropic's shape (``gateway.anthropic.errors``).
 
 ``count_tokens`` renders the conversation exactly as the decoder will (the served model's own
 chat template, via ``runtime.chat_template``; the tokenizer is loaded once per process, on
@@ -26,17 +26,20 @@ from contextlib import aclosing
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from gateway.anthropic_bodies import CountTokensRequest, MessagesRequest
-from gateway.anthropic_format import MessageOptions, MessageStream
-from gateway.anthropic_plan import plan_messages, prompt
+from gateway.anthropic.bodies import CountTokensRequest, MessagesRequest
+from gateway.anthropic.format import MessageOptions, MessageStream
+from gateway.anthropic.plan import plan_messages, prompt
+from gateway.auth import Caller
 from gateway.context import tokenizer_unavailable
 from gateway.errors import ApiError
-from gateway.oneshot import OneshotRun, offered, open_session
-from gateway.sessions import Caller
+from gateway.runner import Run, failure, offered, open_session
 from gateway.sse import EventStreamResponse, sse_typed
+from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
+from gateway.translator import ToolPolicy
 from runtime.chat_template import PromptError
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=ParsedBodyRoute)
 PING_S = 10.0
 
 
@@ -45,20 +48,21 @@ PING_S = 10.0
                               "description": "a Message, or its stream events when stream=true"}})
 async def create_message(body: MessagesRequest, request: Request, who: Caller) -> JSONResponse | EventStreamResponse:
     """Anthropic Messages (streamed and not); tool calls are returned as tool_use blocks."""
-    state = request.app.state
+    state = gateway_state(request)
     plan = plan_messages(state.cfg, body)
     sid, sub = await open_session(state, who, plan)
-    stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, f"toolu_{sid}_", plan.offer_tools, plan.named,
-                                          plan.parallel, plan.thinking, tools=offered(plan)))
-    run = OneshotRun(state, sub, sid, stream)
+    stream = MessageStream(MessageOptions(f"msg_{sid}", body.model, plan.thinking),
+                           ToolPolicy(f"toolu_{sid}_", plan.offer_tools, plan.named, plan.parallel, offered(plan)))
+    run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_events(run, request.url.path), abort=sub.ended)
     err = await run.collect(request)
     return err.response(request.url.path) if err else JSONResponse(stream.message())
 
 
-async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
-    body = run.stream(sse_typed, lambda err: sse_typed(err.body(path)), idle_s=PING_S, idle=sse_typed({"type": "ping"}))
+async def _events(run: Run, path: str) -> AsyncIterator[bytes]:
+    body = run.stream(sse_typed, lambda exc: sse_typed(failure(exc).body(path)), idle_s=PING_S,
+                      idle=sse_typed({"type": "ping"}))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data
@@ -67,7 +71,7 @@ async def _events(run: OneshotRun, path: str) -> AsyncIterator[bytes]:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request, who: Caller) -> dict[str, int]:
     """The prompt tokens a Messages request with this conversation, system prompt and tools would use."""
-    state = request.app.state
+    state = gateway_state(request)
     p = prompt(state.cfg, body)
     try:
         n = await state.context.count(p.messages, p.tools)

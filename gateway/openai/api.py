@@ -11,7 +11,7 @@ request after tool results pays mostly for the new tokens.
 ``parallel_tool_calls`` are recorded in the session's params; the decoder turns them into the
 turn's grammar (``workers.decode.constraints``): calls name only offered tools, their arguments
 follow the tools' schemas, ``required``/named turns are calls, a request without tools never
-begins one.  The output is still filtered by the choice (``gateway.openai_format``).  A client
+begins one.  The output is still filtered by the choice (``gateway.openai.format``).  A client
 that disconnects mid-request cancels its session, which stops generation.
 """
 
@@ -21,28 +21,26 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from gateway.bodies import ChatRequest, NamedToolChoice
-from gateway.errors import ApiError, forced_tool, not_found
+from gateway.auth import Caller
+from gateway.openai.bodies import ChatRequest, NamedToolChoice
+from gateway.errors import not_found
 from gateway.limits import check_counts
-from gateway.oneshot import OneshotRun, offered, open_session
-from gateway.openai_format import ChatOptions, ChatStream
-from gateway.sessions import Caller
+from gateway.runner import Run, failure, offered, open_session
+from gateway.openai.format import ChatOptions, ChatStream
 from gateway.sse import EventStreamResponse, sse_json
+from gateway.state import gateway_state
+from gateway.strict_json import ParsedBodyRoute
+from gateway.translator import ToolPolicy
+from gateway.validation import (DEFAULT_MAX_TOKENS, accepted_models, check_format_type, check_model, forced_tool,
+                                served_model, unique_names, unsupported)
 from runtime.config import Config
 
-router = APIRouter(tags=["openai"])
-DEFAULT_MAX_TOKENS = 1024
-
-
-def served_model(cfg: Config) -> str:
-    """The model id this deployment serves (``served_model_name``, else the model directory's name)."""
-    return cfg.served_model_name or Path(cfg.model).name or "turnstream"
+router = APIRouter(tags=["openai"], route_class=ParsedBodyRoute)
 
 
 def _model_entry(cfg: Config, created: int) -> dict[str, Any]:
@@ -52,19 +50,15 @@ def _model_entry(cfg: Config, created: int) -> dict[str, Any]:
 @router.get("/v1/models")
 async def list_models(request: Request, who: Caller) -> dict[str, Any]:
     """The served model."""
-    return {"object": "list", "data": [_model_entry(request.app.state.cfg, request.app.state.started)]}
+    return {"object": "list", "data": [_model_entry(gateway_state(request).cfg, gateway_state(request).started)]}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request, who: Caller) -> dict[str, Any]:
-    cfg = request.app.state.cfg
+    cfg = gateway_state(request).cfg
     if model_id not in accepted_models(cfg):
         raise not_found(f"model {model_id[:80]!r}", "model_not_found")
-    return _model_entry(cfg, request.app.state.started)
-
-
-def accepted_models(cfg: Config) -> set[str]:
-    return {served_model(cfg), Path(cfg.model).name, cfg.model}
+    return _model_entry(cfg, gateway_state(request).started)
 
 
 # --------------------------------------------------------------------------- request -> session
@@ -80,26 +74,15 @@ class ChatPlan:
     offer_tools: bool
 
 
-def _unsupported(param: str, what: str) -> ApiError:
-    return ApiError(400, f"{param}: {what} is not supported by this server", param=param, code="unsupported_value")
-
-
-def check_model(cfg: Config, model: str) -> None:
-    """A 404 unless a request's ``model`` names the served model."""
-    if model not in accepted_models(cfg):
-        raise ApiError(404, f"model {model[:80]!r} not found; this server serves {served_model(cfg)!r}",
-                       param="model", code="model_not_found")
-
-
 def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
     """Validate a chat request against this deployment and map it onto a oneshot session."""
     check_model(cfg, body.model)
     if (body.n or 1) != 1:
-        raise _unsupported("n", "more than one choice")
+        raise unsupported("n", "more than one choice")
     if body.logprobs:
-        raise _unsupported("logprobs", "logprobs")
-    if body.response_format and body.response_format.type not in ("text", "json_object", "json_schema"):
-        raise _unsupported("response_format", f"type {body.response_format.type[:40]!r}")
+        raise unsupported("logprobs", "logprobs")
+    if body.response_format:
+        check_format_type("response_format", body.response_format.type)
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, cfg.max_tokens_limit)
     check_counts(cfg, messages=len(body.messages), tools=len(body.tools or []), max_tokens=max_tokens,
                  tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens")
@@ -119,8 +102,7 @@ def plan_chat(cfg: Config, body: ChatRequest) -> ChatPlan:
 
 def _check_tool_choice(body: ChatRequest, names: list[str]) -> str | None:
     """The named function of ``tool_choice`` (None if not named); 400 on an impossible choice."""
-    if len(set(names)) != len(names):
-        raise ApiError(400, "tools: function names must be unique", param="tools", code="invalid_value")
+    unique_names(names, "function names")
     choice = body.tool_choice
     return forced_tool(choice == "required", choice.function.name if isinstance(choice, NamedToolChoice) else None,
                        names)
@@ -133,24 +115,24 @@ def _check_tool_choice(body: ChatRequest, names: list[str]) -> str | None:
 async def chat_completions(body: ChatRequest, request: Request,
                            who: Caller) -> JSONResponse | EventStreamResponse:
     """OpenAI chat completion (streaming and not), tools returned to the client."""
-    state = request.app.state
+    state = gateway_state(request)
     plan = plan_chat(state.cfg, body)
     sent = bool(body.max_completion_tokens or body.max_tokens)
     sid, sub = await open_session(state, who, plan, max_tokens_sent=sent)
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-    stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), f"call_{sid}_",
-                                    plan.offer_tools, plan.named, body.parallel_tool_calls, include_usage,
-                                    tools=offered(plan)))
-    run = OneshotRun(state, sub, sid, stream)
+    stream = ChatStream(ChatOptions(f"chatcmpl-{sid}", served_model(state.cfg), int(time.time()), include_usage),
+                        ToolPolicy(f"call_{sid}_", plan.offer_tools, plan.named, body.parallel_tool_calls,
+                                   offered(plan)))
+    run = Run(state, sub, sid, stream)
     if body.stream:
         return EventStreamResponse(_chunks(run), abort=sub.ended)
     err = await run.collect(request)
     return err.response() if err else JSONResponse(stream.response())
 
 
-async def _chunks(run: OneshotRun) -> AsyncIterator[bytes]:
+async def _chunks(run: Run) -> AsyncIterator[bytes]:
     """SSE body: ``data: <chunk>`` lines (an error object on failure), then ``data: [DONE]``."""
-    body = run.stream(sse_json, lambda err: sse_json(err.body()))
+    body = run.stream(sse_json, lambda exc: sse_json(failure(exc).body()))
     async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
         async for data in body:
             yield data
