@@ -61,6 +61,30 @@ CALLS: dict[str, tuple[str, list[str]]] = {
                 '"unit": "c"}<|call|>', ["<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|end|>",
                                           "<|start|>"]),
 }
+_J = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "c"}}'
+_DSML = ('<｜DSML｜{0}>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
+         '</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n<｜DSML｜parameter '
+         'name="unit" string="true">c</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{0}>')
+CALLS.update({
+    "longcat": (f"<longcat_tool_call>\n{_J}\n</longcat_tool_call>", ["<longcat_tool_call>", "</longcat_tool_call>"]),
+    "ernie45": (f"<tool_call>\n{_J}\n</tool_call>", ["<tool_call>", "</tool_call>"]),
+    "internlm": ('<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Paris", "days": 3, '
+                 '"unit": "c"}}<|action_end|>', ["<|action_start|>", "<|plugin|>", "<|action_end|>"]),
+    "jamba": (f"<tool_calls>[{_J}]</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "hunyuan_a13b": (f"<tool_calls>[{_J}]</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "minimax_m1": (f"<tool_calls>\n{_J}\n</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "cohere_command": ('<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3, '
+                       '"unit": "c"}}]<|END_ACTION|>', ["<|START_ACTION|>", "<|END_ACTION|>"]),
+    "granite": (f"<|tool_call|>[{_J}]", ["<|tool_call|>"]),
+    "phi4_mini_json": (f"functools[{_J}]", []),
+    "seed_oss": ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3"
+                 "</parameter>\n<parameter=unit>c</parameter>\n</function>\n</seed:tool_call>",
+                 ["<seed:tool_call>", "</seed:tool_call>"]),
+    "deepseek_v32": (_DSML.format("function_calls"), ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>"]),
+    "deepseek_v4": (_DSML.format("tool_calls"), ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"]),
+    "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
+             ["<|tool_call_start|>", "<|tool_call_end|>"]),
+})
 
 
 def test_every_grammar_format_has_a_case() -> None:
@@ -106,7 +130,8 @@ def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
 
 
 _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
-             "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<")}
+             "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
+             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "lfm2": ("days=3", "days='three'")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())

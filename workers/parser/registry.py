@@ -21,6 +21,19 @@ _PARSERS: dict[str, str] = {
     "mistral": "workers.parser.formats.mistral:MistralParser",
     "pythonic": "workers.parser.formats.pythonic:PythonicParser",
     "harmony": "workers.parser.formats.harmony:HarmonyParser",
+    "longcat": "workers.parser.formats.jsonfamilies:LongCatParser",
+    "ernie45": "workers.parser.formats.jsonfamilies:Ernie45Parser",
+    "internlm": "workers.parser.formats.jsonfamilies:InternLMParser",
+    "jamba": "workers.parser.formats.jsonfamilies:JambaParser",
+    "hunyuan_a13b": "workers.parser.formats.jsonfamilies:HunyuanA13BParser",
+    "minimax_m1": "workers.parser.formats.jsonfamilies:MiniMaxM1Parser",
+    "cohere_command": "workers.parser.formats.jsonfamilies:CohereCommandParser",
+    "granite": "workers.parser.formats.jsonfamilies:GraniteParser",
+    "phi4_mini_json": "workers.parser.formats.jsonfamilies:Phi4MiniParser",
+    "seed_oss": "workers.parser.formats.xmlfamilies:SeedOssParser",
+    "deepseek_v32": "workers.parser.formats.xmlfamilies:DeepSeekV32Parser",
+    "deepseek_v4": "workers.parser.formats.xmlfamilies:DeepSeekV4Parser",
+    "lfm2": "workers.parser.formats.xmlfamilies:Lfm2Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

@@ -1,0 +1,84 @@
+"""The JSON-call families, declared on ``jsoncalls.JsonCallsParser`` (markup per class docstring).
+
+Sources (facts read, no code taken): vLLM's tool parsers (``vllm/tool_parsers/<name>_tool_parser.py``:
+longcat, ernie45, internlm2, jamba, hunyuan_a13b, minimax, cohere_command, granite, phi4mini) and
+SGLang's function-call detectors, checked against the models' chat templates where published.
+"""
+
+from __future__ import annotations
+
+from workers.parser.formats.jsoncalls import LINES, LIST, JsonCallsParser
+
+
+class LongCatParser(JsonCallsParser):
+    """LongCat-Flash: ``<longcat_tool_call>{"name": .., "arguments": {..}}</longcat_tool_call>`` (vLLM longcat)."""
+
+    FORMAT = "longcat"
+    OPEN, CLOSE = "<longcat_tool_call>", "</longcat_tool_call>"
+
+
+class Ernie45Parser(JsonCallsParser):
+    """ERNIE 4.5 (thinking): ``<tool_call>{"name": .., "arguments": {..}}</tool_call>`` after
+    ``<think>...</think>`` (vLLM ernie45); the markup is hermes', the name is the model's."""
+
+    FORMAT = "ernie45"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+class InternLMParser(JsonCallsParser):
+    """InternLM 2 / 2.5 / 3: ``<|action_start|><|plugin|>\\n{"name": .., "parameters": {..}}<|action_end|>``
+    (vLLM internlm2, InternLM's chat template)."""
+
+    FORMAT = "internlm"
+    OPEN, CLOSE = "<|action_start|><|plugin|>", "<|action_end|>"
+
+
+class JambaParser(JsonCallsParser):
+    """AI21 Jamba 1.5+: ``<tool_calls>[{"name": .., "arguments": {..}}, ..]</tool_calls>`` (vLLM jamba)."""
+
+    FORMAT = "jamba"
+    OPEN, CLOSE = "<tool_calls>", "</tool_calls>"
+    LAYOUT = LIST
+
+
+class HunyuanA13BParser(JambaParser):
+    """Hunyuan-A13B: the same ``<tool_calls>[..]</tool_calls>`` list, after ``<think>`` reasoning
+    (vLLM hunyuan_a13b, SGLang's hunyuan detector)."""
+
+    FORMAT = "hunyuan_a13b"
+
+
+class MiniMaxM1Parser(JsonCallsParser):
+    """MiniMax-M1 / Text-01: ``<tool_calls>\\n{"name": .., "arguments": {..}}\\n{..}\\n</tool_calls>``, one
+    call object per line (vLLM minimax, MiniMax-M1's chat template)."""
+
+    FORMAT = "minimax_m1"
+    OPEN, CLOSE = "<tool_calls>", "</tool_calls>"
+    LAYOUT = LINES
+
+
+class CohereCommandParser(JsonCallsParser):
+    """Cohere Command R7B / A: ``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": .., "parameters": {..}}]
+    <|END_ACTION|>`` (vLLM cohere_command, Command A's chat template); ``tool_call_id`` is skipped."""
+
+    FORMAT = "cohere_command"
+    OPEN, CLOSE = "<|START_ACTION|>", "<|END_ACTION|>"
+    LAYOUT = LIST
+    NAME_KEYS = frozenset({"tool_name", "name"})
+
+
+class GraniteParser(JsonCallsParser):
+    """IBM Granite 3.0: ``<|tool_call|>[{"name": .., "arguments": {..}}]``, no close marker (vLLM granite).
+    Granite 3.1+ and 4 write hermes' ``<tool_call>`` and use ``hermes``."""
+
+    FORMAT = "granite"
+    OPEN = "<|tool_call|>"
+    LAYOUT = LIST
+
+
+class Phi4MiniParser(JsonCallsParser):
+    """Phi-4-mini-instruct: ``functools[{"name": .., "arguments": {..}}]``, no close marker (vLLM phi4mini)."""
+
+    FORMAT = "phi4_mini_json"
+    OPEN = "functools"
+    LAYOUT = LIST

@@ -1,0 +1,59 @@
+"""XML-parameter families declared on ``xmlcalls.XmlCallParser``, and LFM2's tagged Python calls.
+
+Sources (facts read, no code taken): vLLM's ``seed_oss``, ``deepseekv32``, ``deepseekv4`` and
+``lfm2`` tool parsers, SGLang's seed_oss / deepseekv32 detectors, and the chat templates of
+Seed-OSS-36B-Instruct (its system prompt spells the call format out) and DeepSeek-V3.2's
+published encoding (``encoding_dsv32.py``).
+"""
+
+from __future__ import annotations
+
+from workers.parser.formats.pythonic import T_TAGGED, PythonicParser
+from workers.parser.formats.xmlcalls import XmlCallParser
+
+
+class SeedOssParser(XmlCallParser):
+    """ByteDance Seed-OSS: ``<seed:tool_call>\\n<function=NAME>\\n<parameter=K>V</parameter>\\n</function>\\n
+    </seed:tool_call>``, values inline (a template newline around one is dropped); reasoning in
+    ``<seed:think>...</seed:think>``."""
+
+    FORMAT = "seed_oss"
+    BLOCK_OPEN, BLOCK_CLOSE = "<seed:tool_call>", "</seed:tool_call>"
+    INVOKE_OPEN, INVOKE_CLOSE = "<function=", "</function>"
+    PARAM_OPEN, PARAM_CLOSE = "<parameter=", "</parameter>"
+    NAME_END = ">"
+    THINK = ("<seed:think>", "</seed:think>")
+
+
+class DeepSeekV32Parser(XmlCallParser):
+    """DeepSeek-V3.2 DSML: ``<｜DSML｜function_calls>\\n<｜DSML｜invoke name="NAME">\\n<｜DSML｜parameter
+    name="K" string="true|false">V</｜DSML｜parameter>\\n</｜DSML｜invoke>\\n</｜DSML｜function_calls>``.
+
+    ``string="true"`` marks a value as the text itself, ``"false"`` as JSON; values are typed by
+    the tool schema here as in the other XML formats, so the attribute is read and dropped."""
+
+    FORMAT = "deepseek_v32"
+    BLOCK_OPEN, BLOCK_CLOSE = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
+    INVOKE_OPEN, INVOKE_CLOSE = '<｜DSML｜invoke name="', "</｜DSML｜invoke>"
+    PARAM_OPEN, PARAM_CLOSE = '<｜DSML｜parameter name="', "</｜DSML｜parameter>"
+    NAME_END = '">'
+    TRIM = False
+
+    def _param_named(self, key: str) -> None:
+        super()._param_named(key.split('"', 1)[0])  # 'city" string="true' -> 'city'
+
+
+class DeepSeekV4Parser(DeepSeekV32Parser):
+    """DeepSeek-V4: DSML as V3.2, the block named ``tool_calls`` (vLLM deepseekv4)."""
+
+    FORMAT = "deepseek_v4"
+    BLOCK_OPEN, BLOCK_CLOSE = "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"
+
+
+class Lfm2Parser(PythonicParser):
+    """Liquid LFM2: ``<|tool_call_start|>[f(a='x'), g()]<|tool_call_end|>`` (vLLM lfm2, LFM2's template);
+    a bare ``[f(...)]`` list is read as in ``pythonic``."""
+
+    FORMAT = "lfm2"
+    START_MARKERS = {"<|tool_call_start|>": T_TAGGED}
+    STRAY_MARKERS = ("<|tool_call_end|>",)
