@@ -77,6 +77,10 @@ RENDER: dict[str, Callable[[int], str]] = {
                           + "</function>\n</seed:tool_call>\n"),
     "deepseek_v32": _dsml("function_calls"),
     "deepseek_v4": _dsml("tool_calls"),
+    "gigachat3": lambda i: f"<|function_call|>{_json_call(i)}\n",
+    "step3": lambda i: ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write_file">\n'
+                        + _xml_params('<steptml:parameter name="{}">', "</steptml:parameter>", i)
+                        + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>\n"),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
 }

@@ -82,6 +82,11 @@ CALLS.update({
                  ["<seed:tool_call>", "</seed:tool_call>"]),
     "deepseek_v32": (_DSML.format("function_calls"), ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>"]),
     "deepseek_v4": (_DSML.format("tool_calls"), ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"]),
+    "gigachat3": (f"<|function_call|>{_J}", ["<|function_call|>"]),
+    "step3": ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
+              '<steptml:parameter name="city">Paris</steptml:parameter>\n<steptml:parameter name="days">3</steptml:parameter>\n'
+              '<steptml:parameter name="unit">c</steptml:parameter>\n</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>',
+              ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "<｜tool_sep｜>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"]),
     "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
 })
@@ -131,7 +136,7 @@ def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
 
 _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
              "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
-             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "lfm2": ("days=3", "days='three'")}
+             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "lfm2": ("days=3", "days='three'")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())

@@ -109,6 +109,22 @@ CASES: dict[str, list[Case]] = {
     "deepseek_v4": [
         Case("basic", _dsml("tool_calls", _P), calls=[W], kw=T),
     ],
+    "gigachat3": [
+        Case("v3", 'Sure.<|message_sep|>\n\nfunction call<|role_sep|>\n' + J + "</s>", content="Sure.\n\n", calls=[W]),
+        Case("v31", "<|function_call|>" + J, calls=[W]),
+        Case("invalid", '<|function_call|>{"name": "f", "arguments": {"a": tru}} after', content=" after",
+             invalid=[("f", False)]),
+        Case("truncated", '<|function_call|>{"name": "f", "arguments": {"a": "', invalid=[("f", True)]),
+    ],
+    "step3": [
+        Case("two", 'ok<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
+             '<steptml:parameter name="city">Paris</steptml:parameter>\n<steptml:parameter name="days">3</steptml:parameter>\n'
+             '</steptml:invoke><｜tool_call_end｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
+             '<steptml:parameter name="city">if a < b</steptml:parameter></steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>',
+             content="ok", calls=[W, ("get_weather", {"city": "if a < b"})], kw=T),
+        Case("truncated", '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
+             '<steptml:parameter name="city">Par', invalid=[("get_weather", True)], kw=T),
+    ],
     "lfm2": [
         Case("tagged", "Sure.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>Done.",
              content="Sure.Done.", calls=[W]),

@@ -87,15 +87,20 @@ RENDER: dict[str, Render] = {
         f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in a.items()) + "</function>\n</seed:tool_call>"),
     "deepseek_v32": lambda i, n, a: _dsml("function_calls", n, a),
     "deepseek_v4": lambda i, n, a: _dsml("tool_calls", n, a),
+    "gigachat3": lambda i, n, a: ("function call<|role_sep|>\n" if i % 2 else "<|function_call|>")
+                                 + _j({"name": n, "arguments": a}),
+    "step3": lambda i, n, a: ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="' + n + '">\n'
+                              + "".join(f'<steptml:parameter name="{k}">{_raw(v)}</steptml:parameter>\n' for k, v in a.items())
+                              + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>"),
     "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
 }
-XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4"}
+XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3"}
 # Prose characters that would start or end markup in a format (prose is drawn without them).
 PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_coder": "<", "minimax_m2": "<",
                 "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
                 "longcat": "<", "ernie45": "<", "internlm": "<", "jamba": "<", "hunyuan_a13b": "<", "minimax_m1": "<",
                 "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
-                "deepseek_v4": "", "lfm2": "<["}
+                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": ""}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

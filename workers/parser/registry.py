@@ -34,6 +34,8 @@ _PARSERS: dict[str, str] = {
     "deepseek_v32": "workers.parser.formats.xmlfamilies:DeepSeekV32Parser",
     "deepseek_v4": "workers.parser.formats.xmlfamilies:DeepSeekV4Parser",
     "lfm2": "workers.parser.formats.xmlfamilies:Lfm2Parser",
+    "gigachat3": "workers.parser.formats.jsonfamilies:GigaChat3Parser",
+    "step3": "workers.parser.formats.xmlfamilies:Step3Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

@@ -106,6 +106,13 @@ SYNTAX.update({
                        params=Params("<parameter=" + NAME + ">", "</parameter>\n"), think=("<seed:think>", "</seed:think>")),
     "deepseek_v32": _dsml("function_calls"),
     "deepseek_v4": _dsml("tool_calls"),
+    # GigaChat 3.1's spelling (all one token); the parser also reads 3's "function call<|role_sep|>"
+    "gigachat3": Syntax(("<|function_call|>", _JSON_CALL), ("}",), r"<\|function_call\|>|function call<\|role_sep\|>",
+                        joiner=("\n",)),
+    "step3": Syntax(('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="' + NAME + '">\n',),
+                    ("</steptml:invoke><｜tool_call_end｜>",), "<｜tool_calls_begin｜>",
+                    section_open=("<｜tool_calls_begin｜>", "\n"), section_close=("\n", "<｜tool_calls_end｜>"), joiner=("\n",),
+                    args="xml", params=Params('<steptml:parameter name="' + NAME + '">', "</steptml:parameter>\n")),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),

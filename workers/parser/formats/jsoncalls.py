@@ -1,6 +1,6 @@
 """JSON-call families: one base for every format whose calls are JSON objects behind a marker.
 
-    single  OPEN {call} CLOSE                     longcat, ernie45, internlm
+    single  OPEN {call} CLOSE?                    longcat, ernie45, internlm, gigachat3
     list    OPEN [{call}, {call}] CLOSE?          jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json
     lines   OPEN {call}\\n{call}\\n CLOSE           minimax_m1
 
@@ -26,16 +26,18 @@ class JsonCallsParser(FormatParser):
     """Calls as JSON objects after ``OPEN``: one, a JSON list, or one per line, up to ``CLOSE``."""
 
     OPEN = ""
+    OPEN_ALSO: tuple[str, ...] = ()  # other spellings of OPEN
     CLOSE = ""  # "" when the block has no close marker (it ends with its list)
+    STRAY_ALSO: tuple[str, ...] = ()  # template markers dropped from text
     LAYOUT = SINGLE
     NAME_KEYS = NAME_KEYS
     ARG_KEYS = ARG_KEYS
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
-        cls.START_MARKERS = {cls.OPEN: T_CALL}
-        cls.STRAY_MARKERS = (cls.CLOSE,) if cls.CLOSE else ()
-        cls.RECOVER_MARKERS = {cls.CLOSE: T_CLOSE, cls.OPEN: T_CALL} if cls.CLOSE else {}
+        cls.START_MARKERS = {m: T_CALL for m in (cls.OPEN, *cls.OPEN_ALSO)}
+        cls.STRAY_MARKERS = ((cls.CLOSE,) if cls.CLOSE else ()) + cls.STRAY_ALSO
+        cls.RECOVER_MARKERS = {cls.CLOSE: T_CLOSE, **cls.START_MARKERS} if cls.CLOSE else {}
 
     def _on_call_marker(self, tag: str, buf: str, start: int, end: int) -> int:
         self._state = self._list_open if self.LAYOUT == LIST else self._item
@@ -77,8 +79,10 @@ class JsonCallsParser(FormatParser):
         if self._env.error:
             self.recover(self._env.error)
         elif self._env.done:
-            if self.LAYOUT == SINGLE:
+            if self.LAYOUT == SINGLE and self.CLOSE:
                 self.expect((self.CLOSE,), self.ready_then_text)
+            elif self.LAYOUT == SINGLE:
+                self.ready_then_text()
             else:
                 self.ready()
                 self._state = self._between

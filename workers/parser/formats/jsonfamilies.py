@@ -1,7 +1,7 @@
 """The JSON-call families, declared on ``jsoncalls.JsonCallsParser`` (markup per class docstring).
 
 Sources (facts read, no code taken): vLLM's tool parsers (``vllm/tool_parsers/<name>_tool_parser.py``:
-longcat, ernie45, internlm2, jamba, hunyuan_a13b, minimax, cohere_command, granite, phi4mini) and
+longcat, ernie45, internlm2, gigachat3, jamba, hunyuan_a13b, minimax, cohere_command, granite, phi4mini) and
 SGLang's function-call detectors, checked against the models' chat templates where published.
 """
 
@@ -82,3 +82,14 @@ class Phi4MiniParser(JsonCallsParser):
     FORMAT = "phi4_mini_json"
     OPEN = "functools"
     LAYOUT = LIST
+
+
+class GigaChat3Parser(JsonCallsParser):
+    """GigaChat 3: ``function call<|role_sep|>\\n{"name": .., "arguments": {..}}`` (GigaChat3-10B-A1.8B's
+    template, vLLM gigachat3), GigaChat 3.1: ``<|function_call|>{..}``; one call, no close marker.  The
+    template's ``<|message_sep|>`` before it and a trailing ``</s>`` are dropped from the text."""
+
+    FORMAT = "gigachat3"
+    OPEN = "function call<|role_sep|>"
+    OPEN_ALSO = ("<|function_call|>",)
+    STRAY_ALSO = ("<|message_sep|>", "</s>")

@@ -1,7 +1,7 @@
 """XML-parameter families declared on ``xmlcalls.XmlCallParser``, and LFM2's tagged Python calls.
 
-Sources (facts read, no code taken): vLLM's ``seed_oss``, ``deepseekv32``, ``deepseekv4`` and
-``lfm2`` tool parsers, SGLang's seed_oss / deepseekv32 detectors, and the chat templates of
+Sources (facts read, no code taken): vLLM's ``seed_oss``, ``deepseekv32``, ``deepseekv4``, ``step3``
+and ``lfm2`` tool parsers, SGLang's seed_oss / deepseekv32 / step3 detectors, and the chat templates of
 Seed-OSS-36B-Instruct (its system prompt spells the call format out) and DeepSeek-V3.2's
 published encoding (``encoding_dsv32.py``).
 """
@@ -48,6 +48,21 @@ class DeepSeekV4Parser(DeepSeekV32Parser):
 
     FORMAT = "deepseek_v4"
     BLOCK_OPEN, BLOCK_CLOSE = "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"
+
+
+class Step3Parser(XmlCallParser):
+    """StepFun Step-3: ``<｜tool_calls_begin｜>\\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="N">
+    <steptml:parameter name="K">V</steptml:parameter></steptml:invoke><｜tool_call_end｜>\\n<｜tool_calls_end｜>``
+    (vLLM step3, SGLang Step3Detector).  The markers around an invoke are read as written there,
+    without whitespace inside them."""
+
+    FORMAT = "step3"
+    BLOCK_OPEN, BLOCK_CLOSE = "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"
+    INVOKE_OPEN = '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="'
+    INVOKE_CLOSE = "</steptml:invoke><｜tool_call_end｜>"
+    PARAM_OPEN, PARAM_CLOSE = '<steptml:parameter name="', "</steptml:parameter>"
+    NAME_END = '">'
+    TRIM = False  # values are written inline, verbatim
 
 
 class Lfm2Parser(PythonicParser):
