@@ -32,10 +32,7 @@ class HermesParser(FormatParser):
         return end
 
     def _object(self, buf: str, pos: int) -> int:
-        end = self._env.scan(buf, pos)
-        self.call.raw.append(buf[pos:end])
-        if self._env.error:
-            self.recover(self._env.error)
-        elif self._env.done:
+        end, done = self.envelope_step(buf, pos)
+        if done:
             self.expect((CLOSE,), self.ready_then_text)
         return end

@@ -74,11 +74,8 @@ class JsonCallsParser(FormatParser):
         return self._malformed(f"expected a call object, got {buf[at]!r}", at)
 
     def _object(self, buf: str, pos: int) -> int:
-        end = self._env.scan(buf, pos)
-        self.call.raw.append(buf[pos:end])
-        if self._env.error:
-            self.recover(self._env.error)
-        elif self._env.done:
+        end, done = self.envelope_step(buf, pos)
+        if done:
             if self.LAYOUT == SINGLE and self.CLOSE:
                 self.expect((self.CLOSE,), self.ready_then_text)
             elif self.LAYOUT == SINGLE:
