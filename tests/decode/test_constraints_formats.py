@@ -193,3 +193,18 @@ def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> N
     inside = "<think>Let me call " + call + " now.</think>\n"  # the parser would read that as a call
     assert violation_of("think", {"tool_choice": "none"}, inside + "Done.") is not None
     assert violation_of("think", {}, inside.replace("get_weather", "book_table") + call) is not None
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_seed_oss_reasons_in_its_own_span(as_tokens: bool) -> None:
+    """Seed-OSS thinks in ``<seed:think>``: the grammar's span is the parser's, and ``<think>`` is not it."""
+    markers = tuple(CALLS["seed_oss"][1]) + (("<seed:think>", "</seed:think>") if as_tokens else ())
+    comp, tok = compiler(markers)
+    call = CALLS["seed_oss"][0]
+    c = constraint_for("seed_oss", "think", TOOLS, {"tool_choice": "required"})
+    ok = "<seed:think>Weather, so get_weather.</seed:think>\n" + call
+    assert comp.violation(c, tok.encode(ok, add_special_tokens=False).ids) is None
+    wrong = "<think>Weather.</think>\n" + call
+    assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
+    turn = parse_text("seed_oss", ok, tools=TOOLS, reasoning="think")
+    assert turn.reasoning == "Weather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]
