@@ -81,6 +81,8 @@ RENDER: dict[str, Callable[[int], str]] = {
     "step3": lambda i: ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write_file">\n'
                         + _xml_params('<steptml:parameter name="{}">', "</steptml:parameter>", i)
                         + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>\n"),
+    "apertus": lambda i: "<|tools_prefix|>[" + _json_call(i).replace('"name": "write_file", "arguments": ', '"write_file": ')
+                         + "]<|tools_suffix|>\n",
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
 }

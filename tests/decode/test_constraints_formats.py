@@ -87,6 +87,8 @@ CALLS.update({
               '<steptml:parameter name="city">Paris</steptml:parameter>\n<steptml:parameter name="days">3</steptml:parameter>\n'
               '<steptml:parameter name="unit">c</steptml:parameter>\n</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>',
               ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "<｜tool_sep｜>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"]),
+    "apertus": ('<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3, "unit": "c"}}]<|tools_suffix|>',
+                ["<|tools_prefix|>", "<|tools_suffix|>"]),
     "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
 })

@@ -125,6 +125,16 @@ CASES: dict[str, list[Case]] = {
         Case("truncated", '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
              '<steptml:parameter name="city">Par', invalid=[("get_weather", True)], kw=T),
     ],
+    "apertus": [
+        Case("think_and_calls", '<|inner_prefix|>Need weather.<|inner_suffix|>Sure.<|tools_prefix|>[{"get_weather": '
+             '{"city": "Paris", "days": 3}}, {"now": {}}]<|tools_suffix|>', reasoning="Need weather.", content="Sure.",
+             calls=[W, ("now", {})], kw={"reasoning": "think"}),
+        Case("name_key_in_args", '<|tools_prefix|>[{"f": {"name": "x", "arguments": 1}}]<|tools_suffix|>',
+             calls=[("f", {"name": "x", "arguments": 1})]),
+        Case("two_names", '<|tools_prefix|>[{"a": {}, "b": {}}]<|tools_suffix|>ok', content="ok", invalid=[("a", False)]),
+        Case("no_name", "<|tools_prefix|>[{}]<|tools_suffix|>", invalid=[("", False)]),
+        Case("truncated", '<|tools_prefix|>[{"f": {"q": "', invalid=[("f", True)]),
+    ],
     "lfm2": [
         Case("tagged", "Sure.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>Done.",
              content="Sure.Done.", calls=[W]),

@@ -36,6 +36,7 @@ _PARSERS: dict[str, str] = {
     "lfm2": "workers.parser.formats.xmlfamilies:Lfm2Parser",
     "gigachat3": "workers.parser.formats.jsonfamilies:GigaChat3Parser",
     "step3": "workers.parser.formats.xmlfamilies:Step3Parser",
+    "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

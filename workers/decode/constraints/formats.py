@@ -113,6 +113,8 @@ SYNTAX.update({
                     ("</steptml:invoke><｜tool_call_end｜>",), "<｜tool_calls_begin｜>",
                     section_open=("<｜tool_calls_begin｜>", "\n"), section_close=("\n", "<｜tool_calls_end｜>"), joiner=("\n",),
                     args="xml", params=Params('<steptml:parameter name="' + NAME + '">', "</steptml:parameter>\n")),
+    "apertus": Syntax(('{"' + NAME + '": ',), ("}",), r"<\|tools_prefix\|>", section_open=("<|tools_prefix|>", "["),
+                      section_close=("]", "<|tools_suffix|>"), joiner=(", ",), think=("<|inner_prefix|>", "<|inner_suffix|>")),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),

@@ -182,3 +182,19 @@ class Envelope:
             self.done = True
             return pos + 1
         return pos
+
+
+class NameKeyEnvelope(Envelope):
+    """A call object whose one key is the function's name and whose value is the arguments:
+    ``{"get_weather": {"city": "Paris"}}`` (Apertus).  A second key makes the object malformed."""
+
+    def _value(self, buf: str, pos: int) -> int:
+        pos = skip_ws(buf, pos)
+        if pos >= len(buf):
+            return pos
+        if self.seen:
+            return self._fail("a call object holds one name", pos)
+        self.seen.add("args")
+        self.p.name_call(self.key)
+        self._start(JsonScanner(), self._args)
+        return pos

@@ -1,7 +1,7 @@
 """JSON-call families: one base for every format whose calls are JSON objects behind a marker.
 
     single  OPEN {call} CLOSE?                    longcat, ernie45, internlm, gigachat3
-    list    OPEN [{call}, {call}] CLOSE?          jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json
+    list    OPEN [{call}, {call}] CLOSE?          jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json, apertus
     lines   OPEN {call}\\n{call}\\n CLOSE           minimax_m1
 
 A family is a subclass naming its markers, its layout and (where they differ) its keys; each
@@ -32,6 +32,7 @@ class JsonCallsParser(FormatParser):
     LAYOUT = SINGLE
     NAME_KEYS = NAME_KEYS
     ARG_KEYS = ARG_KEYS
+    ENVELOPE: type[Envelope] = Envelope
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -64,7 +65,7 @@ class JsonCallsParser(FormatParser):
             return at
         if buf[at] == "{":
             self.open_call()
-            self._env = Envelope(self, self.NAME_KEYS, self.ARG_KEYS)
+            self._env = self.ENVELOPE(self, self.NAME_KEYS, self.ARG_KEYS)
             self._state = self._object
             return at
         if buf[at] == "]" and self.LAYOUT == LIST:

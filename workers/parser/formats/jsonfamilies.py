@@ -1,12 +1,13 @@
 """The JSON-call families, declared on ``jsoncalls.JsonCallsParser`` (markup per class docstring).
 
 Sources (facts read, no code taken): vLLM's tool parsers (``vllm/tool_parsers/<name>_tool_parser.py``:
-longcat, ernie45, internlm2, gigachat3, jamba, hunyuan_a13b, minimax, cohere_command, granite, phi4mini) and
+longcat, ernie45, internlm2, gigachat3, apertus, jamba, hunyuan_a13b, minimax, cohere_command, granite, phi4mini) and
 SGLang's function-call detectors, checked against the models' chat templates where published.
 """
 
 from __future__ import annotations
 
+from workers.parser.formats.envelope import NameKeyEnvelope
 from workers.parser.formats.jsoncalls import LINES, LIST, JsonCallsParser
 
 
@@ -93,3 +94,14 @@ class GigaChat3Parser(JsonCallsParser):
     OPEN = "function call<|role_sep|>"
     OPEN_ALSO = ("<|function_call|>",)
     STRAY_ALSO = ("<|message_sep|>", "</s>")
+
+
+class ApertusParser(JsonCallsParser):
+    """Swiss AI Apertus: ``<|tools_prefix|>[{"get_weather": {"city": ..}}, ..]<|tools_suffix|>``, the name as
+    the key (vLLM apertus, Apertus-8B-Instruct's template); reasoning in ``<|inner_prefix|>..<|inner_suffix|>``."""
+
+    FORMAT = "apertus"
+    OPEN, CLOSE = "<|tools_prefix|>", "<|tools_suffix|>"
+    LAYOUT = LIST
+    ENVELOPE = NameKeyEnvelope
+    THINK = ("<|inner_prefix|>", "<|inner_suffix|>")
