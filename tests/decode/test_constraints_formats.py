@@ -89,6 +89,7 @@ CALLS.update({
               ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "<｜tool_sep｜>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"]),
     "apertus": ('<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3, "unit": "c"}}]<|tools_suffix|>',
                 ["<|tools_prefix|>", "<|tools_suffix|>"]),
+    "olmo3": ("<function_calls>get_weather(city='Paris', days=3, unit='c')</function_calls>", []),
     "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
 })
@@ -138,7 +139,7 @@ def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
 
 _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
              "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
-             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "lfm2": ("days=3", "days='three'")}
+             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "olmo3": ("days=3", "days='three'"), "lfm2": ("days=3", "days='three'")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())

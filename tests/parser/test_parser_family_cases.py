@@ -135,6 +135,14 @@ CASES: dict[str, list[Case]] = {
         Case("no_name", "<|tools_prefix|>[{}]<|tools_suffix|>", invalid=[("", False)]),
         Case("truncated", '<|tools_prefix|>[{"f": {"q": "', invalid=[("f", True)]),
     ],
+    "olmo3": [
+        Case("lines", "Checking.<function_calls>get_weather(city='Paris', days=3)\nnow()</function_calls> Done.",
+             content="Checking. Done.", calls=[W, ("now", {})]),
+        Case("padded", "<function_calls>\n  get_weather(city='Paris', days=3)\n\n</function_calls>", calls=[W]),
+        Case("one_bad_line", "<function_calls>f(1)\ng(x=None)</function_calls>", calls=[("g", {"x": None})],
+             invalid=[("f", False)]),
+        Case("truncated", "<function_calls>get_weather(city='Par", invalid=[("get_weather", True)]),
+    ],
     "lfm2": [
         Case("tagged", "Sure.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>Done.",
              content="Sure.Done.", calls=[W]),

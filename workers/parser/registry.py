@@ -37,6 +37,7 @@ _PARSERS: dict[str, str] = {
     "gigachat3": "workers.parser.formats.jsonfamilies:GigaChat3Parser",
     "step3": "workers.parser.formats.xmlfamilies:Step3Parser",
     "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
+    "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

@@ -1,15 +1,16 @@
-"""XML-parameter families declared on ``xmlcalls.XmlCallParser``, and LFM2's tagged Python calls.
+"""XML-parameter families declared on ``xmlcalls.XmlCallParser``, and the tagged Python-call families.
 
 Sources (facts read, no code taken): vLLM's ``seed_oss``, ``deepseekv32``, ``deepseekv4``, ``step3``
-and ``lfm2`` tool parsers, SGLang's seed_oss / deepseekv32 / step3 detectors, and the chat templates of
+``lfm2`` and ``olmo3`` tool parsers, SGLang's seed_oss / deepseekv32 / step3 detectors, and the chat templates of
 Seed-OSS-36B-Instruct (its system prompt spells the call format out) and DeepSeek-V3.2's
 published encoding (``encoding_dsv32.py``).
 """
 
 from __future__ import annotations
 
-from workers.parser.formats.pythonic import T_TAGGED, PythonicParser
+from workers.parser.formats.pythonic import _IDENT, T_TAGGED, PythonicParser
 from workers.parser.formats.xmlcalls import XmlCallParser
+from workers.parser.scan import MAYBE_AT, NO_MATCH, match_literal, skip_ws
 
 
 class SeedOssParser(XmlCallParser):
@@ -72,3 +73,39 @@ class Lfm2Parser(PythonicParser):
     FORMAT = "lfm2"
     START_MARKERS = {"<|tool_call_start|>": T_TAGGED}
     STRAY_MARKERS = ("<|tool_call_end|>",)
+
+
+OLMO_OPEN, OLMO_CLOSE = "<function_calls>", "</function_calls>"
+
+
+class Olmo3Parser(PythonicParser):
+    """OLMo 3: ``<function_calls>get_weather(city='SF')\\nget_time()</function_calls>``, Python calls one per
+    line without a list (vLLM olmo3, OLMo 3's chat template); a bare ``[f(...)]`` list is read as in
+    ``pythonic``."""
+
+    FORMAT = "olmo3"
+    START_MARKERS = {OLMO_OPEN: T_TAGGED}
+    STRAY_MARKERS = (OLMO_CLOSE,)
+
+    def _on_call_marker(self, tag: str, buf: str, start: int, end: int) -> int:
+        self._in_block = tag == T_TAGGED
+        if self._in_block:
+            self._state = self._list_item
+            return end
+        return super()._on_call_marker(tag, buf, start, end)
+
+    def _after_call(self, buf: str, pos: int) -> int:
+        """In the block: another call (after whitespace) or the close marker; else as ``pythonic``."""
+        if not self._in_block:
+            return super()._after_call(buf, pos)
+        at = skip_ws(buf, pos)
+        if at >= len(buf):
+            return pos
+        if _IDENT.match(buf, at):
+            self._state = self._list_item
+            return at
+        end = match_literal(buf, at, OLMO_CLOSE)
+        if end == MAYBE_AT:
+            return pos
+        self._state = self._text
+        return pos if end == NO_MATCH else end
