@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(path: Path) -> set[str]:
-    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", path.read_text(), flags=re.M))
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", path.read_text(), flags=re.MULTILINE))
 
 
 def test_readme_and_docs_list_every_family() -> None:

@@ -4,8 +4,8 @@ tests and the models' templates), each under every chunking; plus each family's 
 from __future__ import annotations
 
 import pytest
-
 from parser_harness import Case, check_case
+
 from workers.parser import parse_text
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {

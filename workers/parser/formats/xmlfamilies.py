@@ -8,7 +8,7 @@ published encoding (``encoding_dsv32.py``).
 
 from __future__ import annotations
 
-from workers.parser.formats.pythonic import _IDENT, T_TAGGED, PythonicParser
+from workers.parser.formats.pythonic import IDENT, T_TAGGED, PythonicParser
 from workers.parser.formats.xmlcalls import XmlCallParser
 from workers.parser.scan import MAYBE_AT, NO_MATCH, match_literal, skip_ws
 
@@ -101,7 +101,7 @@ class Olmo3Parser(PythonicParser):
         at = skip_ws(buf, pos)
         if at >= len(buf):
             return pos
-        if _IDENT.match(buf, at):
+        if IDENT.match(buf, at):
             self._state = self._list_item
             return at
         end = match_literal(buf, at, OLMO_CLOSE)
