@@ -83,6 +83,7 @@ RENDER: dict[str, Callable[[int], str]] = {
                         + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>\n"),
     "apertus": lambda i: "<|tools_prefix|>[" + _json_call(i).replace('"name": "write_file", "arguments": ', '"write_file": ')
                          + "]<|tools_suffix|>\n",
+    "xlam": lambda i: f"[{_json_call(i)}]\n",
     "olmo3": lambda i: (f"<function_calls>write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                         "mode=420)</function_calls>\n"),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "

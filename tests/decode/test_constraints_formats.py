@@ -90,6 +90,7 @@ CALLS.update({
     "apertus": ('<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3, "unit": "c"}}]<|tools_suffix|>',
                 ["<|tools_prefix|>", "<|tools_suffix|>"]),
     "olmo3": ("<function_calls>get_weather(city='Paris', days=3, unit='c')</function_calls>", []),
+    "xlam": (f"[{_J}]", []),
     "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
 })

@@ -143,6 +143,12 @@ CASES: dict[str, list[Case]] = {
              invalid=[("f", False)]),
         Case("truncated", "<function_calls>get_weather(city='Par", invalid=[("get_weather", True)]),
     ],
+    "xlam": [
+        Case("list", f'Here: [{J}, {{"name": "now", "arguments": {{}}}}] done', content="Here:  done", calls=[W, ("now", {})]),
+        Case("prose_brackets", 'See [1, 2], [{"a": 1}] and [ {"b"', content='See [1, 2], [{"a": 1}] and [ {"b"'),
+        Case("invalid", '[{"name": "f", "arguments": {"a": 1}]', content="]", invalid=[("f", False)]),
+        Case("truncated", '[{"name": "f", "arguments": {"a": "', invalid=[("f", True)]),
+    ],
     "lfm2": [
         Case("tagged", "Sure.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>Done.",
              content="Sure.Done.", calls=[W]),

@@ -38,6 +38,7 @@ _PARSERS: dict[str, str] = {
     "step3": "workers.parser.formats.xmlfamilies:Step3Parser",
     "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
     "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
+    "xlam": "workers.parser.formats.jsonfamilies:XLamParser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

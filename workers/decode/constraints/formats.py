@@ -115,6 +115,8 @@ SYNTAX.update({
                     args="xml", params=Params('<steptml:parameter name="' + NAME + '">', "</steptml:parameter>\n")),
     "apertus": Syntax(('{"' + NAME + '": ',), ("}",), r"<\|tools_prefix\|>", section_open=("<|tools_prefix|>", "["),
                       section_close=("]", "<|tools_suffix|>"), joiner=(", ",), think=("<|inner_prefix|>", "<|inner_suffix|>")),
+    "xlam": Syntax((_JSON_CALL,), ("}",), r'\[\s*\{\s*"(name|parameters|arguments)"', section_open=("[",),
+                   section_close=("]",), joiner=(", ",)),
     "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),
                     section_close=("</function_calls>",), joiner=("\n",), args="python"),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",

@@ -1,7 +1,7 @@
 """JSON-call families: one base for every format whose calls are JSON objects behind a marker.
 
     single  OPEN {call} CLOSE?                    longcat, ernie45, internlm, gigachat3
-    list    OPEN [{call}, {call}] CLOSE?          jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json, apertus
+    list    OPEN? [{call}, {call}] CLOSE?         jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json, apertus, xlam
     lines   OPEN {call}\\n{call}\\n CLOSE           minimax_m1
 
 A family is a subclass naming its markers, its layout and (where they differ) its keys; each
@@ -36,7 +36,7 @@ class JsonCallsParser(FormatParser):
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
-        cls.START_MARKERS = {m: T_CALL for m in (cls.OPEN, *cls.OPEN_ALSO)}
+        cls.START_MARKERS = {m: T_CALL for m in (cls.OPEN, *cls.OPEN_ALSO) if m}
         cls.STRAY_MARKERS = ((cls.CLOSE,) if cls.CLOSE else ()) + cls.STRAY_ALSO
         cls.RECOVER_MARKERS = {cls.CLOSE: T_CLOSE, **cls.START_MARKERS} if cls.CLOSE else {}
 

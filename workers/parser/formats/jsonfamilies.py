@@ -7,8 +7,11 @@ SGLang's function-call detectors, checked against the models' chat templates whe
 
 from __future__ import annotations
 
+from workers.parser.core import T_CALL
 from workers.parser.formats.envelope import NameKeyEnvelope
 from workers.parser.formats.jsoncalls import LINES, LIST, JsonCallsParser
+from workers.parser.formats.llama3 import json_call_start
+from workers.parser.scan import MAYBE, NO_MATCH, PATTERN_HOLD_MAX, PatternFn, skip_ws
 
 
 class LongCatParser(JsonCallsParser):
@@ -105,3 +108,26 @@ class ApertusParser(JsonCallsParser):
     LAYOUT = LIST
     ENVELOPE = NameKeyEnvelope
     THINK = ("<|inner_prefix|>", "<|inner_suffix|>")
+
+
+def json_list_start(buf: str, i: int) -> int:
+    """Pattern start: ``[`` + optional whitespace + a JSON call object's start (see ``json_call_start``)."""
+    j = skip_ws(buf, i + 1)
+    if j >= len(buf):
+        return MAYBE if j - i <= PATTERN_HOLD_MAX else NO_MATCH
+    return json_call_start(buf, j) if buf[j] == "{" else NO_MATCH
+
+
+class XLamParser(JsonCallsParser):
+    """Salesforce xLAM-2: a bare JSON list ``[{"name": .., "arguments": {..}}, ..]`` (vLLM xlam); a list
+    starts at ``[`` + ``{`` + a call key, any other bracket is prose."""
+
+    FORMAT = "xlam"
+    LAYOUT = LIST
+
+    def _pattern_starts(self) -> dict[str, tuple[str, PatternFn]]:
+        return {"[": (T_CALL, json_list_start)}
+
+    def _on_call_marker(self, tag: str, buf: str, start: int, end: int) -> int:
+        self._state = self._list_open
+        return start
