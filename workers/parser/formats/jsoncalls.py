@@ -1,6 +1,6 @@
 """JSON-call families: one base for every format whose calls are JSON objects behind a marker.
 
-    single  OPEN {call} CLOSE?                    longcat, ernie45, internlm, gigachat3
+    single  OPEN {call} CLOSE?                    hermes, longcat, ernie45, internlm, gigachat3
     list    OPEN? [{call}, {call}] CLOSE?         jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json, apertus, xlam
     lines   OPEN {call}\\n{call}\\n CLOSE           minimax_m1
 

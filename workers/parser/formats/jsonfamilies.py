@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from workers.parser.core import T_CALL
 from workers.parser.formats.envelope import NameKeyEnvelope
+from workers.parser.formats.hermes import HermesParser
 from workers.parser.formats.jsoncalls import LINES, LIST, JsonCallsParser
 from workers.parser.formats.llama3 import json_call_start
 from workers.parser.scan import MAYBE, NO_MATCH, PATTERN_HOLD_MAX, PatternFn, skip_ws
@@ -21,12 +22,11 @@ class LongCatParser(JsonCallsParser):
     OPEN, CLOSE = "<longcat_tool_call>", "</longcat_tool_call>"
 
 
-class Ernie45Parser(JsonCallsParser):
+class Ernie45Parser(HermesParser):
     """ERNIE 4.5 (thinking): ``<tool_call>{"name": .., "arguments": {..}}</tool_call>`` after
     ``<think>...</think>`` (vLLM ernie45); the markup is hermes', the name is the model's."""
 
     FORMAT = "ernie45"
-    OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
 class InternLMParser(JsonCallsParser):
