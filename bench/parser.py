@@ -47,7 +47,48 @@ def _kimi_k2(i: int) -> str:
             f'{{"path": "src/m{i}.py", "content": "{ARGS_TEXT}", "mode": 420}}<|tool_call_end|><|tool_calls_section_end|>\n')
 
 
-RENDER: dict[str, Callable[[int], str]] = {"hermes": _hermes, "qwen3_coder": _qwen3_coder, "kimi_k2": _kimi_k2}
+def _json_call(i: int, name_key: str = "name", args_key: str = "arguments") -> str:
+    return f'{{"{name_key}": "write_file", "{args_key}": {{"path": "src/m{i}.py", "content": "{ARGS_TEXT}", "mode": 420}}}}'
+
+
+def _xml_params(open_: str, close: str, i: int) -> str:
+    body = ARGS_TEXT.replace("\\n", "\n").replace('\\"', '"')
+    return "".join(f"{open_.format(k)}{v}{close}\n" for k, v in (("path", f"src/m{i}.py"), ("content", body), ("mode", "420")))
+
+
+def _dsml(block: str) -> Callable[[int], str]:
+    params = '<｜DSML｜parameter name="{}" string="true">'
+    return lambda i: (f'<｜DSML｜{block}>\n<｜DSML｜invoke name="write_file">\n'
+                      + _xml_params(params, "</｜DSML｜parameter>", i) + f"</｜DSML｜invoke>\n</｜DSML｜{block}>\n")
+
+
+RENDER: dict[str, Callable[[int], str]] = {
+    "hermes": _hermes, "qwen3_coder": _qwen3_coder, "kimi_k2": _kimi_k2,
+    "longcat": lambda i: f"<longcat_tool_call>{_json_call(i)}</longcat_tool_call>\n",
+    "ernie45": lambda i: f"<tool_call>\n{_json_call(i)}\n</tool_call>\n",
+    "internlm": lambda i: f"<|action_start|><|plugin|>\n{_json_call(i, args_key='parameters')}<|action_end|>\n",
+    "jamba": lambda i: f"<tool_calls>[{_json_call(i)}]</tool_calls>\n",
+    "hunyuan_a13b": lambda i: f"<tool_calls>[{_json_call(i)}]</tool_calls>\n",
+    "minimax_m1": lambda i: f"<tool_calls>\n{_json_call(i)}\n</tool_calls>\n",
+    "cohere_command": lambda i: f"<|START_ACTION|>[{_json_call(i, 'tool_name', 'parameters')}]<|END_ACTION|>\n",
+    "granite": lambda i: f"<|tool_call|>[{_json_call(i)}]\n",
+    "phi4_mini_json": lambda i: f"functools[{_json_call(i)}]\n",
+    "seed_oss": lambda i: ("<seed:tool_call>\n<function=write_file>\n" + _xml_params("<parameter={}>", "</parameter>", i)
+                          + "</function>\n</seed:tool_call>\n"),
+    "deepseek_v32": _dsml("function_calls"),
+    "deepseek_v4": _dsml("tool_calls"),
+    "gigachat3": lambda i: f"<|function_call|>{_json_call(i)}\n",
+    "step3": lambda i: ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write_file">\n'
+                        + _xml_params('<steptml:parameter name="{}">', "</steptml:parameter>", i)
+                        + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>\n"),
+    "apertus": lambda i: "<|tools_prefix|>[" + _json_call(i).replace('"name": "write_file", "arguments": ', '"write_file": ')
+                         + "]<|tools_suffix|>\n",
+    "xlam": lambda i: f"[{_json_call(i)}]\n",
+    "olmo3": lambda i: (f"<function_calls>write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
+                        "mode=420)</function_calls>\n"),
+    "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
+                       "mode=420)]<|tool_call_end|>\n"),
+}
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]
 
@@ -95,7 +136,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default="bench/results/", help="output directory (default bench/results/)")
     ap.add_argument("--sizes", default="2000,8000,32000", help="turn sizes in characters")
     ap.add_argument("--deltas", default="1,4", help="delta sizes in characters")
-    ap.add_argument("--formats", default="hermes,qwen3_coder,kimi_k2", help=f"formats ({', '.join(RENDER)})")
+    ap.add_argument("--formats", default=",".join(RENDER), help=f"formats ({', '.join(RENDER)})")
     ap.add_argument("--repeat", type=int, default=5, help="best of N runs per cell")
     ap.add_argument("--check", action="store_true", help="exit 1 when the hermes targets are missed")
     return ap.parse_args(argv)

@@ -61,6 +61,39 @@ CALLS: dict[str, tuple[str, list[str]]] = {
                 '"unit": "c"}<|call|>', ["<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|end|>",
                                           "<|start|>"]),
 }
+_J = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "c"}}'
+_DSML = ('<｜DSML｜{0}>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
+         '</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n<｜DSML｜parameter '
+         'name="unit" string="true">c</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{0}>')
+CALLS.update({
+    "longcat": (f"<longcat_tool_call>\n{_J}\n</longcat_tool_call>", ["<longcat_tool_call>", "</longcat_tool_call>"]),
+    "ernie45": (f"<tool_call>\n{_J}\n</tool_call>", ["<tool_call>", "</tool_call>"]),
+    "internlm": ('<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Paris", "days": 3, '
+                 '"unit": "c"}}<|action_end|>', ["<|action_start|>", "<|plugin|>", "<|action_end|>"]),
+    "jamba": (f"<tool_calls>[{_J}]</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "hunyuan_a13b": (f"<tool_calls>[{_J}]</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "minimax_m1": (f"<tool_calls>\n{_J}\n</tool_calls>", ["<tool_calls>", "</tool_calls>"]),
+    "cohere_command": ('<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3, '
+                       '"unit": "c"}}]<|END_ACTION|>', ["<|START_ACTION|>", "<|END_ACTION|>"]),
+    "granite": (f"<|tool_call|>[{_J}]", ["<|tool_call|>"]),
+    "phi4_mini_json": (f"functools[{_J}]", []),
+    "seed_oss": ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3"
+                 "</parameter>\n<parameter=unit>c</parameter>\n</function>\n</seed:tool_call>",
+                 ["<seed:tool_call>", "</seed:tool_call>"]),
+    "deepseek_v32": (_DSML.format("function_calls"), ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>"]),
+    "deepseek_v4": (_DSML.format("tool_calls"), ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"]),
+    "gigachat3": (f"<|function_call|>{_J}", ["<|function_call|>"]),
+    "step3": ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
+              '<steptml:parameter name="city">Paris</steptml:parameter>\n<steptml:parameter name="days">3</steptml:parameter>\n'
+              '<steptml:parameter name="unit">c</steptml:parameter>\n</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>',
+              ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "<｜tool_sep｜>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"]),
+    "apertus": ('<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3, "unit": "c"}}]<|tools_suffix|>',
+                ["<|tools_prefix|>", "<|tools_suffix|>"]),
+    "olmo3": ("<function_calls>get_weather(city='Paris', days=3, unit='c')</function_calls>", []),
+    "xlam": (f"[{_J}]", []),
+    "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
+             ["<|tool_call_start|>", "<|tool_call_end|>"]),
+})
 
 
 def test_every_grammar_format_has_a_case() -> None:
@@ -106,7 +139,8 @@ def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
 
 
 _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
-             "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<")}
+             "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
+             "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "olmo3": ("days=3", "days='three'"), "lfm2": ("days=3", "days='three'")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())
@@ -163,3 +197,18 @@ def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> N
     inside = "<think>Let me call " + call + " now.</think>\n"  # the parser would read that as a call
     assert violation_of("think", {"tool_choice": "none"}, inside + "Done.") is not None
     assert violation_of("think", {}, inside.replace("get_weather", "book_table") + call) is not None
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_seed_oss_reasons_in_its_own_span(as_tokens: bool) -> None:
+    """Seed-OSS thinks in ``<seed:think>``: the grammar's span is the parser's, and ``<think>`` is not it."""
+    markers = tuple(CALLS["seed_oss"][1]) + (("<seed:think>", "</seed:think>") if as_tokens else ())
+    comp, tok = compiler(markers)
+    call = CALLS["seed_oss"][0]
+    c = constraint_for("seed_oss", "think", TOOLS, {"tool_choice": "required"})
+    ok = "<seed:think>Weather, so get_weather.</seed:think>\n" + call
+    assert comp.violation(c, tok.encode(ok, add_special_tokens=False).ids) is None
+    wrong = "<think>Weather.</think>\n" + call
+    assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
+    turn = parse_text("seed_oss", ok, tools=TOOLS, reasoning="think")
+    assert turn.reasoning == "Weather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]

@@ -10,6 +10,7 @@ import pytest
 from test_parser_properties import RENDER, XML, _tools, _wrap_prose
 from parser_harness import parse_all_ways
 from workers.parser import FORMATS, collect, make_parser
+from workers.parser.registry import parser_class
 
 W = ("get_weather", {"city": "Paris", "unit": "celsius"})
 CATEGORIES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -68,8 +69,13 @@ def test_truncated_everywhere_never_ready(fmt: str) -> None:
     """Cut anywhere inside the call: never ready; a begun call is reported as truncated."""
     text = RENDER[fmt](0, "f", {"a": [1, "two"]})
     end = {"deepseek_v3": "<｜tool▁call▁end｜>", "deepseek_v31": "<｜tool▁call▁end｜>", "kimi_k2": "<|tool_call_end|>",
-           "qwen3_coder": "</function>", "minimax_m2": "</invoke>"}.get(fmt)
+           "qwen3_coder": "</function>", "minimax_m2": "</invoke>", "seed_oss": "</function>",
+           "deepseek_v32": "</｜DSML｜invoke>", "deepseek_v4": "</｜DSML｜invoke>", "step3": "<｜tool_call_end｜>"}.get(fmt)
     last = text.index(end) + len(end) - 1 if end else len(text) - 1
+    ready_at = {"jamba": "}]", "cohere_command": "}]", "granite": "}]", "phi4_mini_json": "}]", "apertus": "}]", "olmo3": ")<", "xlam": "}]", "lfm2": ")]",
+                "hunyuan_a13b": "}\n]", "minimax_m1": "}\n<"}.get(fmt)  # a listed call is ready at its own close
+    if ready_at:
+        last = text.index(ready_at)
     if fmt in ("llama3_json", "mistral", "pythonic"):
         last = len(text) - 1 - (fmt in ("mistral", "pythonic"))  # the object/call closes one char before the list
     for cut in range(1, last + 1):
@@ -82,17 +88,18 @@ def test_truncated_everywhere_never_ready(fmt: str) -> None:
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "harmony"])
 def test_reasoning_then_call(fmt: str, reasoning: str) -> None:
     call = RENDER[fmt](0, *W)
-    head = "<think>" if reasoning == "think" else ""
-    text = f"{head}I should call get_weather (a < b).</think>\n\nSure. {call}"
+    think_open, think_close = parser_class(fmt).THINK
+    head = think_open if reasoning == "think" else ""
+    text = f"{head}I should call get_weather (a < b).{think_close}\n\nSure. {call}"
     turn = parse_all_ways(fmt, text, reasoning=reasoning, **_kw(fmt, [W]))
     assert turn.reasoning == "I should call get_weather (a < b)."
     assert turn.content == "\n\nSure. "
     assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [W]
 
 
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in ("harmony", "llama3_json", "pythonic")])
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in ("harmony", "llama3_json", "pythonic", "xlam")])
 def test_call_inside_unclosed_think_is_not_swallowed(fmt: str) -> None:
-    text = "<think>plan: call it" + RENDER[fmt](0, *W)
+    text = parser_class(fmt).THINK[0] + "plan: call it" + RENDER[fmt](0, *W)
     turn = parse_all_ways(fmt, text, reasoning="think", **_kw(fmt, [W]))
     assert turn.reasoning == "plan: call it"
     assert [c.name for c in turn.calls] == ["get_weather"]

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from bench.parser import RENDER, make_turn
+from bench.parser import TOOLS as BENCH_TOOLS
 from workers.parser import collect, make_parser
 
 CALL = '<tool_call>\n{"name": "write", "arguments": {"path": "a/b.txt", "text": "%s"}}\n</tool_call>\n'
@@ -47,3 +49,20 @@ def test_work_is_linear(step: int) -> None:
     assert 3.5 < w32 / w8 < 4.5, (w8, w32)
     assert w32 < 3 * 32_000  # each character is handed to a state a bounded number of times
     assert t32 / t8 < 8, (t8, t32)  # loose CPU-time guard against hidden quadratic work
+
+
+def _family_work(fmt: str, size: int) -> tuple[int, int]:
+    text, _ = make_turn(fmt, size)
+    p = make_parser(fmt, tools=BENCH_TOOLS, reasoning="think")
+    for i in range(0, len(text), 4):
+        p.feed(text[i:i + 4])
+    p.finish()
+    return p.work, len(text)
+
+
+@pytest.mark.parametrize("fmt", list(RENDER))
+def test_every_benched_format_does_the_same_work_per_character_at_8k_and_32k(fmt: str) -> None:
+    """Operation counts, not timers: a format that re-scanned its buffer would do more per character at 32k."""
+    (w8, n8), (w32, n32) = _family_work(fmt, 8_000), _family_work(fmt, 32_000)
+    assert 0.9 < (w32 / n32) / (w8 / n8) < 1.1, (w8, n8, w32, n32)
+    assert w32 < 3 * n32

@@ -45,6 +45,12 @@ def _raw(v: Any) -> str:
     return v if isinstance(v, str) else _j(v)
 
 
+def _dsml(block: str, n: str, a: dict[str, Any]) -> str:
+    params = "".join(f'<｜DSML｜parameter name="{k}" string="{str(isinstance(v, str)).lower()}">{_raw(v)}</｜DSML｜parameter>\n'
+                     for k, v in a.items())
+    return f'<｜DSML｜{block}>\n<｜DSML｜invoke name="{n}">\n{params}</｜DSML｜invoke>\n</｜DSML｜{block}>'
+
+
 def _xml_ok(v: Any) -> bool:
     return not isinstance(v, str) or "</" not in v
 
@@ -68,11 +74,36 @@ RENDER: dict[str, Render] = {
         f"<arg_key>{k}</arg_key>\n<arg_value>{_raw(v)}</arg_value>\n" for k, v in a.items()) + "</tool_call>"),
     "harmony": lambda i, n, a: (f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json"
                                 f"<|message|>{_j(a)}<|call|>"),
+    "longcat": lambda i, n, a: f"<longcat_tool_call>{_j({'name': n, 'arguments': a})}</longcat_tool_call>",
+    "ernie45": lambda i, n, a: f"<tool_call>\n{_j({'name': n, 'arguments': a})}\n</tool_call>",
+    "internlm": lambda i, n, a: f"<|action_start|><|plugin|>\n{_j({'name': n, 'parameters': a})}<|action_end|>",
+    "jamba": lambda i, n, a: f"<tool_calls>[{_j({'name': n, 'arguments': a})}]</tool_calls>",
+    "hunyuan_a13b": lambda i, n, a: f"<tool_calls>[\n  {_j({'name': n, 'arguments': a})}\n]</tool_calls>",
+    "minimax_m1": lambda i, n, a: f"<tool_calls>\n{_j({'name': n, 'arguments': a})}\n</tool_calls>",
+    "cohere_command": lambda i, n, a: f"<|START_ACTION|>[{_j({'tool_call_id': str(i), 'tool_name': n, 'parameters': a})}]<|END_ACTION|>",
+    "granite": lambda i, n, a: f"<|tool_call|>[{_j({'name': n, 'arguments': a})}]",
+    "phi4_mini_json": lambda i, n, a: f"functools[{_j({'name': n, 'arguments': a})}]",
+    "seed_oss": lambda i, n, a: (f"<seed:tool_call>\n<function={n}>\n" + "".join(
+        f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in a.items()) + "</function>\n</seed:tool_call>"),
+    "deepseek_v32": lambda i, n, a: _dsml("function_calls", n, a),
+    "deepseek_v4": lambda i, n, a: _dsml("tool_calls", n, a),
+    "gigachat3": lambda i, n, a: ("function call<|role_sep|>\n" if i % 2 else "<|function_call|>")
+                                 + _j({"name": n, "arguments": a}),
+    "step3": lambda i, n, a: ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="' + n + '">\n'
+                              + "".join(f'<steptml:parameter name="{k}">{_raw(v)}</steptml:parameter>\n' for k, v in a.items())
+                              + "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>"),
+    "apertus": lambda i, n, a: f"<|tools_prefix|>[{_j({n: a})}]<|tools_suffix|>",
+    "olmo3": lambda i, n, a: "<function_calls>" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")</function_calls>",
+    "xlam": lambda i, n, a: f"[{_j({'name': n, 'arguments': a})}]",
+    "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
 }
-XML = {"qwen3_coder", "minimax_m2", "glm45"}
+XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3"}
 # Prose characters that would start or end markup in a format (prose is drawn without them).
 PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_coder": "<", "minimax_m2": "<",
-                "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<"}
+                "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
+                "longcat": "<", "ernie45": "<", "internlm": "<", "jamba": "<", "hunyuan_a13b": "<", "minimax_m1": "<",
+                "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
+                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "["}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

@@ -76,6 +76,8 @@ class StreamParser:
     STRAY_MARKERS: tuple[str, ...] = ()
     # Whether a call start inside a think block ends the reasoning.
     CALLS_EXIT_REASONING = True
+    # The reasoning span's markers when reasoning is on (Seed-OSS writes its own).
+    THINK: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
 
     def __init__(self, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,
                  call_id_prefix: str = "call_") -> None:
@@ -151,12 +153,12 @@ class StreamParser:
         lits = dict(self.START_MARKERS)
         lits.update({m: T_DROP for m in self.STRAY_MARKERS})
         if self.reasoning:
-            lits[THINK_OPEN] = T_THINK_OPEN
-            lits[THINK_CLOSE] = T_DROP
+            lits[self.THINK[0]] = T_THINK_OPEN
+            lits[self.THINK[1]] = T_DROP
         return Markers(lits, self._pattern_starts())
 
     def _build_reason_markers(self) -> Markers:
-        lits = {THINK_CLOSE: T_THINK_CLOSE, THINK_OPEN: T_DROP}
+        lits = {self.THINK[1]: T_THINK_CLOSE, self.THINK[0]: T_DROP}
         if self.CALLS_EXIT_REASONING:
             lits.update(self.START_MARKERS)
         return Markers(lits)

@@ -104,6 +104,16 @@ class FormatParser(StreamParser):
             self._body_then()
         return end
 
+    def envelope_step(self, buf: str, pos: int) -> tuple[int, bool]:
+        """Feed the call object ``self._env`` reads; (new pos, whether it closed).  A malformed one is recovered."""
+        env = self._env
+        end = env.scan(buf, pos)
+        self.call.raw.append(buf[pos:end])
+        if env.error:
+            self.recover(env.error)
+            return end, False
+        return end, env.done
+
     def read_until(self, buf: str, pos: int, markers: Markers, acc: list[str], limit: int = NAME_MAX) -> Hit:
         """Append text up to the next marker to ``acc`` and the call's raw text.
 

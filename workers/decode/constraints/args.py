@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workers.decode.constraints.formats import NAME, Params, Syntax
+from workers.decode.constraints.formats import NAME, STRING_FLAG, Params, Syntax
 from workers.decode.constraints.pieces import Pieces, json_rule, lit
 from workers.decode.constraints.spec import ToolSpec
 
@@ -44,7 +44,8 @@ def _xml(tool: ToolSpec, params: Params, p: Pieces) -> tuple[str, list[str]]:
     for key, schema in props.items():
         value, extra = _xml_value(schema, params, p)
         rules += extra
-        param = f"({p.expr(params.open.replace(NAME, key))} {value})"
+        flag = "true" if schema.get("type") == "string" else "false"
+        param = f"({p.expr(params.open.replace(NAME, key).replace(STRING_FLAG, flag))} {value})"
         parts.append(param if key in required else param + "?")
     return " ".join(parts) or '""', rules
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NAME = "\x00"  # stands for the tool's name in call_open
+STRING_FLAG = "\x01"  # in Params.open: "true" for a string-typed parameter, else "false" (DSML)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Syntax:
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
     args: str = "json"  # "json" | "xml" | "python" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
+    think: tuple[str, str] = ("<think>", "</think>")  # the reasoning span's markers
 
 
 _DS_CALL, _DS_SEP, _DS_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
@@ -69,6 +71,58 @@ SYNTAX: dict[str, Syntax] = {
     "deepseek_v31": Syntax((_DS_CALL, NAME, _DS_SEP), (_DS_END,), _DS_RE,
                            section_open=("<｜tool▁calls▁begin｜>",), section_close=("<｜tool▁calls▁end｜>",)),
 }
+_JSON_CALL = '{"name": "' + NAME + '", "arguments": '
+_DSML_PARAMS = Params('<｜DSML｜parameter name="' + NAME + '" string="' + STRING_FLAG + '">', "</｜DSML｜parameter>\n")
+
+
+def _dsml(block: str) -> Syntax:
+    return Syntax(('<｜DSML｜invoke name="' + NAME + '">\n',), ("</｜DSML｜invoke>\n",), f"<｜DSML｜{block}>",
+                  section_open=(f"<｜DSML｜{block}>", "\n"), section_close=(f"</｜DSML｜{block}>",),
+                  args="xml", params=_DSML_PARAMS)
+
+
+def _json_list(open_: str, close: str, opener_re: str, call_open: str = _JSON_CALL) -> Syntax:
+    """``open [{call}, {call}] close`` (jamba, hunyuan_a13b, cohere_command, granite, phi4_mini_json)."""
+    return Syntax((call_open,), ("}",), opener_re, section_open=(open_, "["), section_close=("]", close) if close else ("]",),
+                  joiner=(", ",))
+
+
+SYNTAX.update({
+    "longcat": Syntax(("<longcat_tool_call>", "\n" + _JSON_CALL), ("}\n", "</longcat_tool_call>"), "<longcat_tool_call>",
+                      joiner=("\n",)),
+    "ernie45": Syntax(("<tool_call>", "\n" + _JSON_CALL), ("}\n", "</tool_call>"), "<tool_call>", joiner=("\n",)),
+    "internlm": Syntax(("<|action_start|>", "<|plugin|>", '\n{"name": "' + NAME + '", "parameters": '),
+                       ("}", "<|action_end|>"), r"<\|action_start\|>", joiner=("\n",)),
+    "jamba": _json_list("<tool_calls>", "</tool_calls>", "<tool_calls>"),
+    "hunyuan_a13b": _json_list("<tool_calls>", "</tool_calls>", "<tool_calls>"),
+    "minimax_m1": Syntax((_JSON_CALL,), ("}",), "<tool_calls>", section_open=("<tool_calls>", "\n"),
+                         section_close=("\n", "</tool_calls>"), joiner=("\n",)),
+    "cohere_command": _json_list("<|START_ACTION|>", "<|END_ACTION|>", r"<\|START_ACTION\|>",
+                                 '{"tool_name": "' + NAME + '", "parameters": '),
+    "granite": _json_list("<|tool_call|>", "", r"<\|tool_call\|>"),
+    "phi4_mini_json": _json_list("functools", "", r"functools\["),
+    "seed_oss": Syntax(("<seed:tool_call>", "\n<function=" + NAME + ">\n"), ("</function>\n", "</seed:tool_call>"),
+                       r"<seed:tool_call>", joiner=("\n",), args="xml",
+                       params=Params("<parameter=" + NAME + ">", "</parameter>\n"), think=("<seed:think>", "</seed:think>")),
+    "deepseek_v32": _dsml("function_calls"),
+    "deepseek_v4": _dsml("tool_calls"),
+    # GigaChat 3.1's spelling (all one token); the parser also reads 3's "function call<|role_sep|>"
+    "gigachat3": Syntax(("<|function_call|>", _JSON_CALL), ("}",), r"<\|function_call\|>|function call<\|role_sep\|>",
+                        joiner=("\n",)),
+    "step3": Syntax(('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="' + NAME + '">\n',),
+                    ("</steptml:invoke><｜tool_call_end｜>",), "<｜tool_calls_begin｜>",
+                    section_open=("<｜tool_calls_begin｜>", "\n"), section_close=("\n", "<｜tool_calls_end｜>"), joiner=("\n",),
+                    args="xml", params=Params('<steptml:parameter name="' + NAME + '">', "</steptml:parameter>\n")),
+    "apertus": Syntax(('{"' + NAME + '": ',), ("}",), r"<\|tools_prefix\|>", section_open=("<|tools_prefix|>", "["),
+                      section_close=("]", "<|tools_suffix|>"), joiner=(", ",), think=("<|inner_prefix|>", "<|inner_suffix|>")),
+    "xlam": Syntax((_JSON_CALL,), ("}",), r'\[\s*\{\s*"(name|parameters|arguments)"', section_open=("[",),
+                   section_close=("]",), joiner=(", ",)),
+    "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),
+                    section_close=("</function_calls>",), joiner=("\n",), args="python"),
+    "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
+                   section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
+                   args="python"),
+})
 KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
 
 # harmony (gpt-oss): messages, not a section; see lark.harmony

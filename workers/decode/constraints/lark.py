@@ -36,7 +36,7 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
     if syntax is None:
         raise ConstraintError(f"tool format {c.format!r} has no call grammar")
     rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]{0,4}/"]  # bounded: a model must not pad forever
-    think = _think(c, p, rules, syntax.opener_re)
+    think = _think(c, p, rules, syntax.opener_re, syntax.think)
     if c.calls is Calls.FORBIDDEN:
         start = "WS answer" if c.answer_schema is not None else "SAFE"
     elif c.calls is Calls.REQUIRED or c.answer_schema is not None:
@@ -88,11 +88,11 @@ def _calls(c: Constraint, s: Syntax, p: Pieces) -> list[str]:
 
 
 # ---- reasoning and harmony -------------------------------------------------------------------
-def _think(c: Constraint, p: Pieces, rules: list[str], opener_re: str) -> str:
+def _think(c: Constraint, p: Pieces, rules: list[str], opener_re: str, markers: tuple[str, str] = THINK) -> str:
     """The reasoning span; no call may begin inside it (the parser would take it for a call)."""
     if c.reasoning is None:
         return ""
-    open_, close = THINK
+    open_, close = markers
     body, rule = p.until("think_body", close, opener_re)
     rules.append(rule)
     if c.reasoning == "think_forced":  # the prompt opened the span: the turn starts inside it

@@ -1,9 +1,11 @@
 """Incremental parser of a JSON call object ``{"name": "...", "arguments": {...}}``.
 
-Used by hermes, llama3_json and mistral.  Keys may come in any order; ``parameters`` is an
-alias of ``arguments``; other keys are skipped.  The arguments value streams to the parser as
-the model's own text, fragment by fragment, straight from a ``JsonScanner`` (no re-parsing).
-A string-valued ``arguments`` (double-encoded JSON) is decoded and emitted once complete.
+Used by hermes, llama3_json, mistral and the ``jsoncalls`` families.  Keys may come in any
+order; ``parameters`` is an alias of ``arguments``; other keys are skipped.  A family may name
+its keys differently (Cohere's ``tool_name``): ``name_keys`` / ``arg_keys``.
+
+The arguments value streams to the parser as the model's own text, fragment by fragment,
+straight from a ``JsonScanner`` (no re-parsing).  A string-valued ``arguments`` (double-encoded JSON) is decoded and emitted once complete.
 
     {"name": "f", "arguments": {"a": 1}}
     ^open ^key   ^value        ^args ... ^next -> done
@@ -30,8 +32,11 @@ class Envelope:
     text cannot be a call object.  Nothing after the closing brace is consumed.
     """
 
-    def __init__(self, parser: StreamParser) -> None:
+    def __init__(self, parser: StreamParser, name_keys: frozenset[str] = NAME_KEYS,
+                 arg_keys: frozenset[str] = ARG_KEYS) -> None:
         self.p = parser
+        self.name_keys = name_keys
+        self.arg_keys = arg_keys
         self.step = self._open
         self.done = False
         self.error = ""
@@ -108,11 +113,11 @@ class Envelope:
         pos = skip_ws(buf, pos)
         if pos >= len(buf):
             return pos
-        slot = "args" if self.key in ARG_KEYS else self.key
+        slot = "args" if self.key in self.arg_keys else self.key
         if slot in self.seen:
             return self._fail(f"duplicate {self.key!r} in call object", pos)
         self.seen.add(slot)
-        if self.key in NAME_KEYS:
+        if self.key in self.name_keys:
             if buf[pos] != '"':
                 return self._fail("name must be a string", pos)
             self._start(StringReader(), self._name)
@@ -176,4 +181,20 @@ class Envelope:
         if c == "}":
             self.done = True
             return pos + 1
+        return pos
+
+
+class NameKeyEnvelope(Envelope):
+    """A call object whose one key is the function's name and whose value is the arguments:
+    ``{"get_weather": {"city": "Paris"}}`` (Apertus).  A second key makes the object malformed."""
+
+    def _value(self, buf: str, pos: int) -> int:
+        pos = skip_ws(buf, pos)
+        if pos >= len(buf):
+            return pos
+        if self.seen:
+            return self._fail("a call object holds one name", pos)
+        self.seen.add("args")
+        self.p.name_call(self.key)
+        self._start(JsonScanner(), self._args)
         return pos

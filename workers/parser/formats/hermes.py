@@ -1,41 +1,20 @@
-"""hermes: Hermes 2/3, Qwen2.5, QwQ, Qwen3 (non-coder).
+"""hermes: Hermes 2/3, Qwen2.5, QwQ, Qwen3 (non-coder), Granite 3.1+/4.
 
     narration<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>\\n<tool_call>...
 
 Each call is one JSON object between ``<tool_call>`` and ``</tool_call>``; the name is sent as
 soon as its string closes, the arguments stream as the model writes them, and the call is
 ready the moment ``</tool_call>`` arrives.  Markers inside JSON strings are argument text.
+One of the JSON-call families (``jsoncalls``).
 """
 
 from __future__ import annotations
 
-from workers.parser.core import T_CALL, T_CLOSE
-from workers.parser.formats.envelope import Envelope
-from workers.parser.states import FormatParser
-
-OPEN = "<tool_call>"
-CLOSE = "</tool_call>"
+from workers.parser.formats.jsoncalls import JsonCallsParser
 
 
-class HermesParser(FormatParser):
+class HermesParser(JsonCallsParser):
     """``<tool_call>{json}</tool_call>`` calls."""
 
     FORMAT = "hermes"
-    START_MARKERS = {OPEN: T_CALL}
-    STRAY_MARKERS = (CLOSE,)
-    RECOVER_MARKERS = {CLOSE: T_CLOSE, OPEN: T_CALL}
-
-    def _on_call_marker(self, tag: str, buf: str, start: int, end: int) -> int:
-        self.open_call()
-        self._env = Envelope(self)
-        self._state = self._object
-        return end
-
-    def _object(self, buf: str, pos: int) -> int:
-        end = self._env.scan(buf, pos)
-        self.call.raw.append(buf[pos:end])
-        if self._env.error:
-            self.recover(self._env.error)
-        elif self._env.done:
-            self.expect((CLOSE,), self.ready_then_text)
-        return end
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"

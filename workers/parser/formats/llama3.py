@@ -64,11 +64,8 @@ class Llama3JsonParser(FormatParser):
         return at
 
     def _object(self, buf: str, pos: int) -> int:
-        end = self._env.scan(buf, pos)
-        self.call.raw.append(buf[pos:end])
-        if self._env.error:
-            self.recover(self._env.error)
-        elif self._env.done:
+        end, done = self.envelope_step(buf, pos)
+        if done:
             self.ready()
             self._ws: list[str] = []
             self._state = self._separator

@@ -70,11 +70,8 @@ class MistralParser(FormatParser):
         return pos
 
     def _object(self, buf: str, pos: int) -> int:
-        end = self._env.scan(buf, pos)
-        self.call.raw.append(buf[pos:end])
-        if self._env.error:
-            self.recover(self._env.error)
-        elif self._env.done:
+        end, done = self.envelope_step(buf, pos)
+        if done:
             self.ready()
             self._state = self._array_next if self._in_array else self._text
         return end

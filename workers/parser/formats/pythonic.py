@@ -20,14 +20,14 @@ from workers.parser.states import FormatParser
 
 START, END = "<|python_start|>", "<|python_end|>"
 T_TAGGED = "tagged"
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _IDENT_CHARS = re.compile(r"[A-Za-z0-9_.\-]*")
 
 
 def call_list_start(buf: str, i: int) -> int:
     """Pattern start: ``[`` + optional whitespace + identifier + optional whitespace + ``(``."""
     j = skip_ws(buf, i + 1)
-    m = _IDENT.match(buf, j)
+    m = IDENT.match(buf, j)
     if m is None:
         return MAYBE if j >= len(buf) and j - i <= PATTERN_HOLD_MAX else NO_MATCH
     k = skip_ws(buf, m.end())
@@ -120,7 +120,7 @@ class PythonicParser(FormatParser):
         at = skip_ws(buf, pos)
         if at >= len(buf):
             return at
-        if _IDENT.match(buf, at) is None:
+        if IDENT.match(buf, at) is None:
             self._state = self._text
             return at + 1 if buf[at] == "]" else at
         self.open_call()
@@ -178,7 +178,7 @@ class PythonicParser(FormatParser):
             self._ws: list[str] = []
             self._state = self._after_call
             return at + 1
-        if _IDENT.match(buf, at) is None:
+        if IDENT.match(buf, at) is None:
             return self._fail(f"unexpected {buf[at]!r} in the argument list", at)
         self._acc = []
         self._state = self._read_key

@@ -1,0 +1,169 @@
+"""Conformance cases of the families added to the first 11 (shapes from vLLM's and SGLang's parser
+tests and the models' templates), each under every chunking; plus each family's own rules."""
+
+from __future__ import annotations
+
+import pytest
+from parser_harness import Case, check_case
+
+from workers.parser import parse_text
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer"}, "opts": {"type": "object"}}}}}]
+T = {"tools": TOOLS}
+W = ("get_weather", {"city": "Paris", "days": 3})
+J = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+
+
+def _dsml(block: str, params: str) -> str:
+    return f'<｜DSML｜{block}>\n<｜DSML｜invoke name="get_weather">\n{params}</｜DSML｜invoke>\n</｜DSML｜{block}>'
+
+
+_P = ('<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+      '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n')
+
+CASES: dict[str, list[Case]] = {
+    "longcat": [
+        Case("basic", f"Let me check.<longcat_tool_call>{J}</longcat_tool_call>", content="Let me check.", calls=[W]),
+        Case("two", f"<longcat_tool_call>\n{J}\n</longcat_tool_call>\n<longcat_tool_call>{{\"name\": \"now\", "
+             '"arguments": {}}</longcat_tool_call>', content="\n", calls=[W, ("now", {})]),
+        Case("invalid", '<longcat_tool_call>{"name": "f", "arguments": {"a": }}</longcat_tool_call>ok', content="ok",
+             invalid=[("f", False)]),
+        Case("truncated", '<longcat_tool_call>{"name": "f", "arguments": {"a": "x', invalid=[("f", True)]),
+    ],
+    "ernie45": [
+        Case("think_then_call", f"<think>user wants weather</think>\n\n<tool_call>\n{J}\n</tool_call>\n",
+             reasoning="user wants weather", content="\n\n\n", calls=[W], kw={"reasoning": "think"}),
+        Case("marker_in_string", '<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}</tool_call>',
+             calls=[("f", {"s": "</tool_call>"})]),
+        Case("truncated", '<tool_call>\n{"name": "f"', invalid=[("f", True)]),
+    ],
+    "internlm": [
+        Case("basic", 'I will search.<|action_start|><|plugin|>\n{"name": "search", "parameters": {"query": "x"}}'
+             "<|action_end|>", content="I will search.", calls=[("search", {"query": "x"})]),
+        Case("arguments_key", '<|action_start|><|plugin|>{"name": "f", "arguments": {"a": 1}}<|action_end|>',
+             calls=[("f", {"a": 1})]),
+        Case("interpreter_is_text", "<|action_start|><|interpreter|>print(1)<|action_end|>",
+             content="<|action_start|><|interpreter|>print(1)"),  # a stray close marker is dropped, as in hermes
+        Case("invalid", '<|action_start|><|plugin|>{"name": "f" "parameters": {}}<|action_end|>x', content="x",
+             invalid=[("f", False)]),
+    ],
+    "jamba": [
+        Case("parallel", f'Sure. <tool_calls>[{J}, {{"name": "now", "arguments": {{}}}}]</tool_calls>',
+             content="Sure. ", calls=[W, ("now", {})]),
+        Case("spaced", f"<tool_calls>\n[\n  {J}\n]\n</tool_calls>", calls=[W]),
+        Case("empty_list", "<tool_calls>[]</tool_calls>done", content="done"),
+        Case("one_bad_of_two", '<tool_calls>[{"name": "f", "arguments": {"a": 1,}}, {"name": "g", "arguments": {}}]'
+             "</tool_calls>", calls=[("g", {})], invalid=[("f", False)]),
+        Case("not_a_list", "<tool_calls>oops</tool_calls> after", content=" after", invalid=[("", False)]),
+        Case("truncated", '<tool_calls>[{"name": "f", "arguments": {"a": [1', invalid=[("f", True)]),
+    ],
+    "hunyuan_a13b": [
+        Case("think_answer", f"<think>need weather</think>\n<tool_calls>[{J}]</tool_calls>", reasoning="need weather",
+             content="\n", calls=[W], kw={"reasoning": "think"}),
+    ],
+    "minimax_m1": [
+        Case("lines", f'<tool_calls>\n{J}\n{{"name": "now", "arguments": {{}}}}\n</tool_calls>', calls=[W, ("now", {})]),
+        Case("one_line", f"x<tool_calls>{J}</tool_calls>y", content="xy", calls=[W]),
+        Case("invalid", '<tool_calls>\n{"name": "f", "arguments": nope}\n</tool_calls>z', content="z",
+             invalid=[("f", False)]),
+        Case("stray_text", f"<tool_calls>\n{J}\nthen text", calls=[W], invalid=[("", True)]),  # skipped to a close never seen
+    ],
+    "cohere_command": [
+        Case("action", '<|START_THINKING|>I will look it up.<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
+             '"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}\n]<|END_ACTION|>',
+             content="<|START_THINKING|>I will look it up.<|END_THINKING|>", calls=[W]),
+        Case("two", '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "a", "parameters": {}}, {"tool_call_id": "1", '
+             '"tool_name": "b", "parameters": {"x": [1]}}]<|END_ACTION|>', calls=[("a", {}), ("b", {"x": [1]})]),
+        Case("truncated", '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "a", "parameters": {"q": "', invalid=[("a", True)]),
+    ],
+    "granite": [
+        Case("basic", f"<|tool_call|>[{J}]", calls=[W]),
+        Case("parallel_then_text", f'<|tool_call|>[{J}, {{"name": "now", "arguments": {{}}}}] ok',
+             content=" ok", calls=[W, ("now", {})]),
+        Case("invalid", '<|tool_call|>[{"name": "f", "arguments": {"a": 1}]', content="]", invalid=[("f", False)]),
+    ],
+    "phi4_mini_json": [
+        Case("basic", f"functools[{J}]", calls=[W]),
+        Case("word_in_prose", "Python's functools module is useful.", content="Python's functools module is useful."),
+        Case("truncated", 'functools[{"name": "f", "arguments": {', invalid=[("f", True)]),
+    ],
+    "seed_oss": [
+        Case("think_and_call", "<seed:think>The user wants weather.</seed:think>Checking.\n<seed:tool_call>\n"
+             "<function=get_weather>\n<parameter=city>Barcelona, Spain</parameter>\n<parameter=days>2</parameter>\n"
+             "</function>\n</seed:tool_call>", reasoning="The user wants weather.", content="Checking.\n",
+             calls=[("get_weather", {"city": "Barcelona, Spain", "days": 2})], kw={**T, "reasoning": "think"}),
+        Case("multiline_value", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
+             "</function>\n</seed:tool_call>", calls=[("get_weather", {"city": "New\nYork"})], kw=T),
+        Case("truncated", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Par", invalid=[("get_weather", True)], kw=T),
+    ],
+    "deepseek_v32": [
+        Case("typed", "Let me check." + _dsml("function_calls", _P + '<｜DSML｜parameter name="opts" string="false">'
+             '{"unit": "c"}</｜DSML｜parameter>\n'), content="Let me check.",
+             calls=[("get_weather", {"city": "Paris", "days": 3, "opts": {"unit": "c"}})], kw=T),
+        Case("two_invokes", '<｜DSML｜function_calls>\n<｜DSML｜invoke name="a">\n</｜DSML｜invoke>\n<｜DSML｜invoke name="b">\n'
+             '<｜DSML｜parameter name="x" string="true">1 < 2</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+             calls=[("a", {}), ("b", {"x": "1 < 2"})]),
+        Case("truncated", _dsml("function_calls", _P)[:60], invalid=[("get_weather", True)], kw=T),
+    ],
+    "deepseek_v4": [
+        Case("basic", _dsml("tool_calls", _P), calls=[W], kw=T),
+    ],
+    "gigachat3": [
+        Case("v3", 'Sure.<|message_sep|>\n\nfunction call<|role_sep|>\n' + J + "</s>", content="Sure.\n\n", calls=[W]),
+        Case("v31", "<|function_call|>" + J, calls=[W]),
+        Case("invalid", '<|function_call|>{"name": "f", "arguments": {"a": tru}} after', content=" after",
+             invalid=[("f", False)]),
+        Case("truncated", '<|function_call|>{"name": "f", "arguments": {"a": "', invalid=[("f", True)]),
+    ],
+    "step3": [
+        Case("two", 'ok<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
+             '<steptml:parameter name="city">Paris</steptml:parameter>\n<steptml:parameter name="days">3</steptml:parameter>\n'
+             '</steptml:invoke><｜tool_call_end｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
+             '<steptml:parameter name="city">if a < b</steptml:parameter></steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>',
+             content="ok", calls=[W, ("get_weather", {"city": "if a < b"})], kw=T),
+        Case("truncated", '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
+             '<steptml:parameter name="city">Par', invalid=[("get_weather", True)], kw=T),
+    ],
+    "apertus": [
+        Case("think_and_calls", '<|inner_prefix|>Need weather.<|inner_suffix|>Sure.<|tools_prefix|>[{"get_weather": '
+             '{"city": "Paris", "days": 3}}, {"now": {}}]<|tools_suffix|>', reasoning="Need weather.", content="Sure.",
+             calls=[W, ("now", {})], kw={"reasoning": "think"}),
+        Case("name_key_in_args", '<|tools_prefix|>[{"f": {"name": "x", "arguments": 1}}]<|tools_suffix|>',
+             calls=[("f", {"name": "x", "arguments": 1})]),
+        Case("two_names", '<|tools_prefix|>[{"a": {}, "b": {}}]<|tools_suffix|>ok', content="ok", invalid=[("a", False)]),
+        Case("no_name", "<|tools_prefix|>[{}]<|tools_suffix|>", invalid=[("", False)]),
+        Case("truncated", '<|tools_prefix|>[{"f": {"q": "', invalid=[("f", True)]),
+    ],
+    "olmo3": [
+        Case("lines", "Checking.<function_calls>get_weather(city='Paris', days=3)\nnow()</function_calls> Done.",
+             content="Checking. Done.", calls=[W, ("now", {})]),
+        Case("padded", "<function_calls>\n  get_weather(city='Paris', days=3)\n\n</function_calls>", calls=[W]),
+        Case("one_bad_line", "<function_calls>f(1)\ng(x=None)</function_calls>", calls=[("g", {"x": None})],
+             invalid=[("f", False)]),
+        Case("truncated", "<function_calls>get_weather(city='Par", invalid=[("get_weather", True)]),
+    ],
+    "xlam": [
+        Case("list", f'Here: [{J}, {{"name": "now", "arguments": {{}}}}] done', content="Here:  done", calls=[W, ("now", {})]),
+        Case("prose_brackets", 'See [1, 2], [{"a": 1}] and [ {"b"', content='See [1, 2], [{"a": 1}] and [ {"b"'),
+        Case("invalid", '[{"name": "f", "arguments": {"a": 1}]', content="]", invalid=[("f", False)]),
+        Case("truncated", '[{"name": "f", "arguments": {"a": "', invalid=[("f", True)]),
+    ],
+    "lfm2": [
+        Case("tagged", "Sure.<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|>Done.",
+             content="Sure.Done.", calls=[W]),
+        Case("two", "<|tool_call_start|>[a(), b(x=[1, 2])]<|tool_call_end|>", calls=[("a", {}), ("b", {"x": [1, 2]})]),
+        Case("positional", "<|tool_call_start|>[f(1)]<|tool_call_end|>", invalid=[("f", False)]),
+    ],
+}
+ALL = [(fmt, c) for fmt, cases in CASES.items() for c in cases]
+
+
+@pytest.mark.parametrize(("fmt", "case"), ALL, ids=[f"{f}-{c.id}" for f, c in ALL])
+def test_family_case(fmt: str, case: Case) -> None:
+    check_case(fmt, case)
+
+
+def test_dsml_string_flag_is_not_part_of_the_key() -> None:
+    turn = parse_text("deepseek_v32", _dsml("function_calls", _P))
+    assert [c.arguments for c in turn.calls] == ['{"city": "Paris", "days": 3}']
