@@ -100,6 +100,10 @@ class Subscription:
             self.ended.set()
             self.queue.put_nowait(None)
 
+    def backlog(self) -> bool:
+        """Whether more frames are queued already: a consumer may take them before it writes."""
+        return not self.queue.empty()
+
     async def frames(self, idle_s: float | None = None) -> AsyncIterator[Frame | None]:
         """Every event after ``after`` exactly once, in order; ``None`` after each ``idle_s`` without one."""
         async for frame in self._history():

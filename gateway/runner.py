@@ -10,7 +10,10 @@ return items, ``ended`` says the session's end was seen):
 
 * ``stream`` -- an SSE body: each item framed by the API; a failure (the session failed, a
   regenerated turn diverged, the relay dropped us) framed by the API's ``fail``; with
-  ``idle_s``, ``idle`` bytes after each quiet ``idle_s`` (keep-alives);
+  ``idle_s``, ``idle`` bytes after each quiet ``idle_s`` (keep-alives).  The frames of every
+  event already queued go out in one write (at most ``WRITE_BATCH``): a stream interval that
+  adapts -- when the gateway keeps up each event is written at once (time to first token is never
+  traded), when it falls behind it writes several tokens per send;
 * ``collect`` -- to the end, for a non-streamed response: None when done (the translator holds
   the result), else the ``ApiError`` to answer with;
 * ``follow`` -- to the end with nobody listening (a background response).
@@ -40,6 +43,8 @@ from runtime.routing import conversation_key
 from runtime.session import SessionMode, Status
 
 log = logging.getLogger(__name__)
+
+WRITE_BATCH = 64  # frames written together at most (a long history replayed while live events queue)
 FAILURES = (UpstreamError, Diverged, Dropped)
 
 
@@ -123,27 +128,35 @@ class Run:
 
     async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[Exception], bytes], *,
                      idle_s: float | None = None, idle: bytes = b"", cancel: bool = True) -> AsyncIterator[bytes]:
-        """The SSE body (see the module doc).  Per token: the translator's items, each framed."""
-        t = self.translator
+        """The SSE body (see the module doc).  Per token: the translator's items, each framed, written with
+        the frames of any event queued behind it."""
+        t, sub = self.translator, self.sub
         finished = False
+        out: list[bytes] = []
         try:
-            for item in t.start():
-                yield frame(item)
-            async for f in self.sub.frames(idle_s):
+            out += map(frame, t.start())
+            if out:  # the stream's head goes at once, before any event
+                yield b"".join(out)
+                out.clear()
+            async for f in sub.frames(idle_s):
                 if f is None:
                     yield idle
                     continue
-                for item in t.feed(f.event):
-                    yield frame(item)
+                out += map(frame, t.feed(f.event))
                 if t.ended:
                     break
-            for item in t.finish():
-                yield frame(item)
+                if out and (len(out) >= WRITE_BATCH or not sub.backlog()):
+                    yield b"".join(out)
+                    out.clear()
+            out += map(frame, t.finish())
             await self._ended()
             finished = True
+            if out:
+                yield b"".join(out)
         except FAILURES as exc:  # the stream ends here
             cancel = cancel and not (self.resumable and isinstance(exc, Dropped))
-            yield fail(exc)
+            out.append(fail(exc))
+            yield b"".join(out)
         finally:
             await self._release(cancel and not finished)
 

@@ -16,6 +16,9 @@ class DroppedSubscription:
 
     last_id = "0-0"
 
+    def backlog(self) -> bool:
+        return False
+
     async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
         raise Dropped("slow", self.last_id)
         yield  # an async generator

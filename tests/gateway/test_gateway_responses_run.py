@@ -37,8 +37,8 @@ async def test_a_dropped_stream_goes_on_only_when_it_can_be_resumed(stored: Any,
     relay = Relay(sub)
     stream = ResponseStream(HEAD, Policy())
     run = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", stream, resumable=stored is not None)
-    frames = [chunk async for chunk in sse(run, stream, stored, cancel=True)]
-    events = [json.loads(f.decode().split("data: ", 1)[1]) for f in frames]
+    body = b"".join([chunk async for chunk in sse(run, stream, stored, cancel=True)]).decode()
+    events = [json.loads(line.removeprefix("data: ")) for line in body.splitlines() if line.startswith("data: ")]
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
     assert events[-1]["code"] == "relay_dropped" and says in events[-1]["message"], events[-1]
     assert events[-1]["sequence_number"] == 2

@@ -96,3 +96,52 @@ async def test_a_stream_that_ends_before_its_session_cancels_it(sub: Any, body: 
     out = [chunk async for chunk in run.stream(lambda item: item.encode(),
                                                lambda exc: (failure(exc).code or "").encode())]
     assert out == body and ops.cancelled == cancelled and relay.subs == []
+
+
+class QueuedSubscription:
+    """Events that arrive in bursts: ``bursts`` lists how many were queued together (the relay read
+    them in one round while the stream was writing)."""
+
+    last_id = "0-0"
+
+    def __init__(self, bursts: list[int]) -> None:
+        self.bursts, self.queued = bursts, 0
+
+    def backlog(self) -> bool:
+        return self.queued > 0
+
+    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
+        n = 0
+        for burst in self.bursts:
+            self.queued = burst
+            while self.queued:
+                self.queued -= 1
+                n += 1
+                yield SimpleNamespace(event=f"e{n} ")
+
+
+class Streaming(Translator):
+    """A head, each event as one item, a tail; the session ends after the last of ``n`` events."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def start(self) -> list[Any]:
+        return ["head "]
+
+    def feed(self, ev: Any) -> list[Any]:
+        self.ended = ev == f"e{self.n} "
+        return [ev]
+
+    def finish(self) -> list[Any]:
+        return ["tail"]
+
+
+async def test_events_already_queued_go_out_in_one_write_and_a_lone_event_at_once() -> None:
+    relay = RecordingRelay()
+    sub = QueuedSubscription([1, 3, 1, 2])
+    relay.subs.append(sub)
+    run = Run(SimpleNamespace(ops=CancelRecordingOps(), relay=relay), sub, "s1", Streaming(7))
+    out = [chunk async for chunk in run.stream(str.encode, lambda exc: b"failed")]
+    assert out == [b"head ", b"e1 ", b"e2 e3 e4 ", b"e5 ", b"e6 e7 tail"]  # the head before any event
