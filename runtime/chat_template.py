@@ -210,7 +210,16 @@ def _call_object(call: Any) -> Any:
         args = json.loads(fn["arguments"])
     except ValueError:
         return call  # not JSON: rendered as sent
-    return {**call, "function": {**fn, "arguments": args}} if isinstance(args, dict) else call
+    return {**call, "function": {**fn, "arguments": _Arguments(args)}} if isinstance(args, dict) else call
+
+
+class _Arguments(dict):
+    """A call's arguments object that prints as JSON: templates that print it as it comes
+    (InternLM's ``arguments|string``, Phi-4-mini's ``{{ arguments }}``) write what the model wrote,
+    not Python's repr of a dict."""
+
+    def __str__(self) -> str:
+        return json.dumps(self, ensure_ascii=False)
 
 
 def _call_text(call: Any) -> Any:

@@ -8,15 +8,18 @@ directory's own files, so that a wrong pair cannot silently turn every call into
                   3. config.json model_type / architectures
                   4. none of these: hermes, with a warning naming --tool-format
     reasoning     harmony: none (its analysis channel carries reasoning)
-                  the generation prompt ends inside an open <think>: think_forced
-                  the template or a special token has <think>: think
+                  the generation prompt ends inside an open think span: think_forced
+                  the template or a special token has the span's opener: think
                   otherwise: none
+                  (the span is the format's: <think>, or runtime.reasoning_markers.FAMILY_THINK's)
 
 The template outranks model_type because fine-tunes keep their base's model_type and change the
 template (Hermes 3 is a ``llama``; DeepSeek-R1-Distill-Qwen a ``qwen2``; Qwen3-Coder and Qwen3
-share ``qwen3_moe``).  Adding a family is one ``Family`` entry; its markers are what its chat
-template writes around a call (tests/runtime/test_model_info.py renders each family's real
-template and checks that the inferred parser reads the call back).  Nothing here imports a stage.
+share ``qwen3_moe``); where two families write the very same markup (ERNIE 4.5 and hermes), the
+template names the one whose ``model_type`` config.json has (``Family.with_type``).  Adding a family
+is one ``Family`` entry; its markers are what its chat template writes around a call
+(tests/runtime/test_model_info.py renders each family's real template and checks that the inferred
+parser reads the call back).  Nothing here imports a stage.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.chat_template import ModelFilesError, PromptError, model_templates, render_template
-from runtime.reasoning_markers import THINK_OPEN
+from runtime.reasoning_markers import think_markers
 
 log = logging.getLogger("turnstream.model")
 
@@ -45,12 +48,19 @@ class Family:
     template: tuple[str, ...] = ()      # all of these in the chat template
     tokens: tuple[str, ...] = ()        # any of these among the tokenizer's added tokens
     model_types: tuple[str, ...] = ()   # config.json model_type or an architecture's name
+    with_type: bool = False             # the template markers are another family's too: they name this
+                                        # one only with one of its model_types
 
 
-# Order matters where templates overlap: Qwen3-Coder and GLM also write <tool_call>, DeepSeek V3.1
-# and V3 share <｜tool▁calls▁begin｜> (V3 alone fences the arguments as ```json).
+# Order matters where templates overlap: Seed-OSS writes Qwen3-Coder's <function=/<parameter= inside its
+# own block, Qwen3-Coder and GLM also write <tool_call>, DeepSeek V3.1 and V3 share <｜tool▁calls▁begin｜>
+# (V3 alone fences the arguments as ```json), Hunyuan, MiniMax-M1 and Jamba all write <tool_calls> (the
+# first two each with their own turn tokens), and ERNIE 4.5 writes hermes' <tool_call> (its model_type
+# decides: ``with_type``).  DeepSeek V3.2 and V4 spell their DSML tag through a template variable, so
+# the source holds the variable's value and the tag's tail apart.
 FAMILIES: tuple[Family, ...] = (
     Family("harmony", template=("<|channel|>",), tokens=("<|channel|>",), model_types=("gpt_oss",)),
+    Family("seed_oss", template=("<seed:tool_call>",), tokens=("<seed:tool_call>",), model_types=("seed_oss",)),
     Family("qwen3_coder", template=("<function=", "<parameter=")),  # its model_type is Qwen3's (qwen3_moe)
     Family("glm45", template=("<arg_key>", "<arg_value>"), model_types=("glm4_moe",)),
     Family("minimax_m2", template=("<minimax:tool_call>",), tokens=("<minimax:tool_call>",),
@@ -59,11 +69,34 @@ FAMILIES: tuple[Family, ...] = (
            model_types=("kimi_k2",)),
     Family("deepseek_v3", template=("<｜tool▁calls▁begin｜>", "```json"), model_types=("deepseek_v3",)),
     Family("deepseek_v31", template=("<｜tool▁calls▁begin｜>",)),  # its tokens and model_type are V3's
+    Family("deepseek_v4", template=("｜DSML｜", "tool_calls>"), model_types=("deepseek_v4",)),
+    Family("deepseek_v32", template=("｜DSML｜", "function_calls>"), model_types=("deepseek_v32",)),
+    Family("step3", template=("<steptml:invoke",), tokens=("<｜tool_calls_begin｜>",),
+           model_types=("step3", "step3_vl")),
+    Family("longcat", template=("<longcat_tool_call>",), tokens=("<longcat_tool_call>",),
+           model_types=("longcat_flash",)),
+    Family("internlm", template=("<|action_start|>", "<|plugin|>"), tokens=("<|action_start|>",),
+           model_types=("internlm2", "internlm3")),
+    Family("hunyuan_a13b", template=("<tool_calls>", "<|extra_0|>"), model_types=("hunyuan_v1_moe",)),
+    Family("minimax_m1", template=("<tool_calls>", "<beginning_of_sentence>"),
+           model_types=("minimax_m1", "minimax_text_01")),
+    Family("jamba", template=("<tool_calls>",), model_types=("jamba",)),
+    Family("cohere_command", template=("<|START_ACTION|>",), tokens=("<|START_ACTION|>",), model_types=("cohere2",)),
+    Family("phi4_mini_json", template=("functools[",), model_types=("phi3",)),
+    # no template marker: Granite 3.1+ (hermes) share 3.0's turn tokens and no 3.0 template was at hand
+    Family("granite", model_types=("granite",)),
+    Family("gigachat3", template=("<|role_sep|>", "function call"), tokens=("<|role_sep|>", "<|function_call|>")),
+    Family("apertus", template=("<|tools_prefix|>",), tokens=("<|tools_prefix|>",), model_types=("apertus",)),
+    Family("lfm2", template=("<|tool_call_start|>",), tokens=("<|tool_call_start|>",),
+           model_types=("lfm2", "lfm2_moe")),
+    Family("olmo3", template=("<function_calls>",), model_types=("olmo3",)),
+    Family("xlam", template=("xLAM",)),  # bare JSON lists: only the template's own name tells it apart
     Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",),
            model_types=("mistral", "mistral3", "mixtral")),
     Family("pythonic", template=("[func_name1(",), model_types=("llama4",)),
     Family("llama3_json", template=('"parameters": dictionary of argument name and its value',),
            tokens=("<|python_tag|>",), model_types=("llama",)),
+    Family("ernie45", template=("<tool_call>",), model_types=("ernie4_5_moe", "ernie4_5"), with_type=True),
     Family("hermes", template=("<tool_call>",), tokens=("<tool_call>",), model_types=("qwen2", "qwen3", "qwen3_moe")),
 )
 
@@ -120,31 +153,37 @@ def _infer_cached(model_dir: str) -> Inference:
 
 def tool_format_of(ckpt: Checkpoint) -> tuple[str, str, bool]:
     """(format, reason, known): the first family whose evidence the checkpoint shows."""
+    names = (ckpt.model_type, *ckpt.architectures)
     for fam in FAMILIES:
         if fam.template and all(m in ckpt.template for m in fam.template):
-            return fam.format, f"the chat template writes {' and '.join(map(repr, fam.template))}", True
+            why = f"the chat template writes {' and '.join(map(repr, fam.template))}"
+            if not fam.with_type:
+                return fam.format, why, True
+            if hit := _type_of(names, fam):
+                return fam.format, f"{why} and config.json names {hit!r}", True
     for fam in FAMILIES:
         if hit := next((t for t in fam.tokens if t in ckpt.tokens), None):
             return fam.format, f"the tokenizer has the special token {hit!r}", True
-    names = (ckpt.model_type, *ckpt.architectures)
     for fam in FAMILIES:
-        if hit := next((n for n in names if n and _names_type(n, fam.model_types)), None):
+        if hit := _type_of(names, fam):
             return fam.format, f"config.json names {hit!r}", True
     return FALLBACK_FORMAT, "no known tool-call markup in the chat template, tokens or config.json", False
 
 
 def reasoning_of(ckpt: Checkpoint, fmt: str) -> tuple[str, str]:
-    """(mode, reason): think_forced when the generation prompt leaves a think span open."""
+    """(mode, reason): think_forced when the generation prompt leaves the format's think span open
+    (``runtime.reasoning_markers`` names the span: ``<think>``, Seed-OSS's ``<seed:think>`` ...)."""
     if fmt == "harmony":
         return "", "harmony carries reasoning in its analysis channel"
+    opener = think_markers(fmt)[0]
     tail = ckpt.prompt.rstrip()
-    if tail.endswith(THINK_OPEN):
-        return "think_forced", f"the generation prompt opens {THINK_OPEN!r}"
-    if THINK_OPEN in ckpt.template:
-        return "think", f"the chat template writes {THINK_OPEN!r}"
-    if THINK_OPEN in ckpt.tokens:
-        return "think", f"the tokenizer has the special token {THINK_OPEN!r}"
-    return "", f"no {THINK_OPEN!r} in the chat template or tokens"
+    if tail.endswith(opener):
+        return "think_forced", f"the generation prompt opens {opener!r}"
+    if opener in ckpt.template:
+        return "think", f"the chat template writes {opener!r}"
+    if opener in ckpt.tokens:
+        return "think", f"the tokenizer has the special token {opener!r}"
+    return "", f"no {opener!r} in the chat template or tokens"
 
 
 def settle(cfg: Any) -> tuple[Any, list[str]]:
@@ -172,6 +211,11 @@ def report(lines: list[str]) -> None:
             log.warning("%s", line.removeprefix("warning: "))
         else:
             log.info("%s", line)
+
+
+def _type_of(names: tuple[str, ...], fam: Family) -> str | None:
+    """The first of config.json's ``names`` (model_type, architectures) that is one of ``fam``'s types."""
+    return next((n for n in names if n and _names_type(n, fam.model_types)), None)
 
 
 def _names_type(name: str, model_types: tuple[str, ...]) -> bool:

@@ -9,8 +9,8 @@ import pytest
 
 from test_parser_properties import RENDER, XML, _tools, _wrap_prose
 from parser_harness import parse_all_ways
+from runtime.reasoning_markers import think_markers
 from workers.parser import FORMATS, collect, make_parser
-from workers.parser.registry import parser_class
 
 W = ("get_weather", {"city": "Paris", "unit": "celsius"})
 CATEGORIES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -88,7 +88,7 @@ def test_truncated_everywhere_never_ready(fmt: str) -> None:
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "harmony"])
 def test_reasoning_then_call(fmt: str, reasoning: str) -> None:
     call = RENDER[fmt](0, *W)
-    think_open, think_close = parser_class(fmt).THINK
+    think_open, think_close = think_markers(fmt)
     head = think_open if reasoning == "think" else ""
     text = f"{head}I should call get_weather (a < b).{think_close}\n\nSure. {call}"
     turn = parse_all_ways(fmt, text, reasoning=reasoning, **_kw(fmt, [W]))
@@ -99,7 +99,7 @@ def test_reasoning_then_call(fmt: str, reasoning: str) -> None:
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in ("harmony", "llama3_json", "pythonic", "xlam")])
 def test_call_inside_unclosed_think_is_not_swallowed(fmt: str) -> None:
-    text = parser_class(fmt).THINK[0] + "plan: call it" + RENDER[fmt](0, *W)
+    text = think_markers(fmt)[0] + "plan: call it" + RENDER[fmt](0, *W)
     turn = parse_all_ways(fmt, text, reasoning="think", **_kw(fmt, [W]))
     assert turn.reasoning == "plan: call it"
     assert [c.name for c in turn.calls] == ["get_weather"]

@@ -6,8 +6,9 @@ state that returns ``pos`` unchanged without switching asks for more text; ``buf
 then held until the next ``feed``.  States only ever hold a possible marker prefix, so each
 character is looked at a bounded number of times (linear total work).
 
-Text mode scans for the format's start markers plus, when reasoning is on, ``<think>`` and
-``</think>``; reasoning mode scans for ``</think>`` and the format's call starts (a call that
+Text mode scans for the format's start markers plus, when reasoning is on, the format's think
+span markers (``<think>``/``</think>`` unless ``runtime.reasoning_markers`` names the family's own);
+reasoning mode scans for the span's close and the format's call starts (a call that
 begins inside an unclosed think block still parses as a call).  Stray close markers are
 dropped, so protocol markup never reaches content.  Reusable call states (expect a literal,
 stream a JSON body, read a header, skip a malformed call) live in ``states.FormatParser``.
@@ -19,7 +20,7 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from runtime.reasoning_markers import THINK_CLOSE, THINK_OPEN
+from runtime.reasoning_markers import think_markers
 from schemas.events import (
     ContentDelta,
     ParseBody,
@@ -76,8 +77,6 @@ class StreamParser:
     STRAY_MARKERS: tuple[str, ...] = ()
     # Whether a call start inside a think block ends the reasoning.
     CALLS_EXIT_REASONING = True
-    # The reasoning span's markers when reasoning is on (Seed-OSS writes its own).
-    THINK: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
 
     def __init__(self, tools: list[dict[str, Any]] | None = None, reasoning: str | None = None,
                  call_id_prefix: str = "call_") -> None:
@@ -94,6 +93,7 @@ class StreamParser:
         self._ids: set[str] = set()
         self.call: Call | None = None
         self._sent_upto = 0  # fragments of ``self.call`` already emitted
+        self._think = think_markers(self.FORMAT)  # the reasoning span's (open, close)
         self._text_markers = self._build_text_markers()
         self._reason_markers = self._build_reason_markers()
         self._error = ""  # why the current call is being skipped (see states.FormatParser.recover)
@@ -153,12 +153,12 @@ class StreamParser:
         lits = dict(self.START_MARKERS)
         lits.update({m: T_DROP for m in self.STRAY_MARKERS})
         if self.reasoning:
-            lits[self.THINK[0]] = T_THINK_OPEN
-            lits[self.THINK[1]] = T_DROP
+            lits[self._think[0]] = T_THINK_OPEN
+            lits[self._think[1]] = T_DROP
         return Markers(lits, self._pattern_starts())
 
     def _build_reason_markers(self) -> Markers:
-        lits = {self.THINK[1]: T_THINK_CLOSE, self.THINK[0]: T_DROP}
+        lits = {self._think[1]: T_THINK_CLOSE, self._think[0]: T_DROP}
         if self.CALLS_EXIT_REASONING:
             lits.update(self.START_MARKERS)
         return Markers(lits)

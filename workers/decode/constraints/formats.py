@@ -39,7 +39,6 @@ class Syntax:
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
     args: str = "json"  # "json" | "xml" | "python" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
-    think: tuple[str, str] = ("<think>", "</think>")  # the reasoning span's markers
 
 
 _DS_CALL, _DS_SEP, _DS_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
@@ -103,7 +102,7 @@ SYNTAX.update({
     "phi4_mini_json": _json_list("functools", "", r"functools\["),
     "seed_oss": Syntax(("<seed:tool_call>", "\n<function=" + NAME + ">\n"), ("</function>\n", "</seed:tool_call>"),
                        r"<seed:tool_call>", joiner=("\n",), args="xml",
-                       params=Params("<parameter=" + NAME + ">", "</parameter>\n"), think=("<seed:think>", "</seed:think>")),
+                       params=Params("<parameter=" + NAME + ">", "</parameter>\n")),
     "deepseek_v32": _dsml("function_calls"),
     "deepseek_v4": _dsml("tool_calls"),
     # GigaChat 3.1's spelling (all one token); the parser also reads 3's "function call<|role_sep|>"
@@ -114,7 +113,7 @@ SYNTAX.update({
                     section_open=("<｜tool_calls_begin｜>", "\n"), section_close=("\n", "<｜tool_calls_end｜>"), joiner=("\n",),
                     args="xml", params=Params('<steptml:parameter name="' + NAME + '">', "</steptml:parameter>\n")),
     "apertus": Syntax(('{"' + NAME + '": ',), ("}",), r"<\|tools_prefix\|>", section_open=("<|tools_prefix|>", "["),
-                      section_close=("]", "<|tools_suffix|>"), joiner=(", ",), think=("<|inner_prefix|>", "<|inner_suffix|>")),
+                      section_close=("]", "<|tools_suffix|>"), joiner=(", ",)),
     "xlam": Syntax((_JSON_CALL,), ("}",), r'\[\s*\{\s*"(name|parameters|arguments)"', section_open=("[",),
                    section_close=("]",), joiner=(", ",)),
     "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),

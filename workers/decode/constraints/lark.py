@@ -16,7 +16,7 @@ lexemes are greedy: a separate opener lexeme after SAFE would never be reached).
 
 from __future__ import annotations
 
-from runtime.reasoning_markers import THINK
+from runtime.reasoning_markers import THINK, think_markers
 from workers.decode.constraints.args import arguments
 from workers.decode.constraints.formats import HARMONY_CALL, HARMONY_OPENER_RE, KIMI_INDEX_OPEN, NAME, SYNTAX, Syntax
 from workers.decode.constraints.pieces import ANY, Pieces, json_rule, lit
@@ -36,7 +36,7 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
     if syntax is None:
         raise ConstraintError(f"tool format {c.format!r} has no call grammar")
     rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]{0,4}/"]  # bounded: a model must not pad forever
-    think = _think(c, p, rules, syntax.opener_re, syntax.think)
+    think = _think(c, p, rules, syntax.opener_re, think_markers(c.format))
     if c.calls is Calls.FORBIDDEN:
         start = "WS answer" if c.answer_schema is not None else "SAFE"
     elif c.calls is Calls.REQUIRED or c.answer_schema is not None:

@@ -107,7 +107,6 @@ class ApertusParser(JsonCallsParser):
     OPEN, CLOSE = "<|tools_prefix|>", "<|tools_suffix|>"
     LAYOUT = LIST
     ENVELOPE = NameKeyEnvelope
-    THINK = ("<|inner_prefix|>", "<|inner_suffix|>")
 
 
 def json_list_start(buf: str, i: int) -> int:

@@ -23,7 +23,6 @@ class SeedOssParser(XmlCallParser):
     INVOKE_OPEN, INVOKE_CLOSE = "<function=", "</function>"
     PARAM_OPEN, PARAM_CLOSE = "<parameter=", "</parameter>"
     NAME_END = ">"
-    THINK = ("<seed:think>", "</seed:think>")
 
 
 class DeepSeekV32Parser(XmlCallParser):
