@@ -112,15 +112,15 @@ def _render(template: jinja2.Template, specials: dict[str, str], messages: list[
             tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
     """Calls' arguments as objects first; a template that concatenates them as text (DeepSeek's
     ``'...' + tool['function']['arguments']``) fails on an object, and gets them as JSON text instead."""
+    def with_calls(call: Callable[[Any], Any]) -> str:
+        return template.render(messages=[_plain(m, call) for m in messages], tools=tools,
+                               add_generation_prompt=add_generation_prompt, **specials)
+
     try:
         try:
-            plain = [_plain(m, _call_object) for m in messages]
-            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
-                                   **specials)
+            return with_calls(_call_object)
         except TypeError:
-            plain = [_plain(m, _call_text) for m in messages]
-            return template.render(messages=plain, tools=tools, add_generation_prompt=add_generation_prompt,
-                                   **specials)
+            return with_calls(_call_text)
     except (jinja2.TemplateError, TypeError) as exc:
         raise PromptError(f"the chat template rejected the conversation: {exc}") from exc
 
