@@ -2,8 +2,9 @@
 
 An event is stored as its JSON (``schemas.codec``), so a client frame is those bytes with the
 entry's ``id`` put in front -- no decoding, no re-encoding.  The relay reads the event's kind
-from the bytes (``event_kind``) and decodes the event only where it must look inside (a
-``session.ended``, the metrics of a few kinds, the OpenAI translators): ``Frame.event``.
+with the rest of its envelope (``event_envelope``: who wrote it, for which turn attempt, at which
+seq) and decodes the event only where it must look inside (a ``session.ended``, the metrics of a
+few kinds, the OpenAI translators): ``Frame.event``.
 Events of earlier versions (msgpack) are decoded and rendered.
 """
 
@@ -14,7 +15,7 @@ import re
 
 import msgspec
 
-from schemas.codec import UndecodableEntry, decode_event, event_kind, to_builtins
+from schemas.codec import Envelope, UndecodableEntry, decode_event, envelope_of, event_envelope, to_builtins
 from schemas.events import Event
 
 log = logging.getLogger(__name__)
@@ -51,14 +52,14 @@ def fmt_id(i: StreamId) -> str:
 
 
 class Frame:
-    """One event as relayed: its stream id and position, the JSON text frame clients get, its body
-    type (``kind``); the decoded ``event`` on first use."""
+    """One event as relayed: its stream id and position, the JSON text frame clients get, its
+    envelope (``env``: body type, writer, turn attempt, seq); the decoded ``event`` on first use."""
 
-    __slots__ = ("id", "pos", "data", "kind", "_stored", "_event")
+    __slots__ = ("id", "pos", "data", "env", "kind", "_stored", "_event")
 
-    def __init__(self, entry_id: str, pos: StreamId, data: bytes, kind: str, stored: bytes,
+    def __init__(self, entry_id: str, pos: StreamId, data: bytes, env: Envelope, stored: bytes,
                  event: Event | None = None) -> None:
-        self.id, self.pos, self.data, self.kind = entry_id, pos, data, kind
+        self.id, self.pos, self.data, self.env, self.kind = entry_id, pos, data, env, env.kind
         self._stored, self._event = stored, event
 
     @property
@@ -69,19 +70,55 @@ class Frame:
 
     def ends(self, turn: int) -> bool:
         """Whether this is the ``session.ended`` of turn ``turn`` or later."""
-        return self.kind == "session.ended" and self.event.turn >= turn
+        return self.env.kind == "session.ended" and self.env.turn >= turn
 
 
 def make_frame(entry_id: str, data: bytes, pos: StreamId | None = None) -> Frame | None:
     """The client frame of one ``ts:s:{sid}:ev`` entry; None (logged) when it is not an event."""
     pos = pos or stream_pos(entry_id)
-    kind = event_kind(data)
-    if kind is not None:
-        return Frame(entry_id, pos, b'{"id":"' + entry_id.encode() + b'",' + data[1:], kind, data)
+    env = event_envelope(data) if data[:1] == b"{" else None
+    if env is not None:
+        return Frame(entry_id, pos, b'{"id":"' + entry_id.encode() + b'",' + data[1:], env, data)
     try:
         ev = decode_event(data)
     except UndecodableEntry as exc:
         log.warning("relay: undecodable event %s: %s", entry_id, exc)
         return None
     client = _json.encode(dict(to_builtins(ev), id=entry_id))
-    return Frame(entry_id, pos, client, type(ev.body).__struct_config__.tag, data, ev)  # type: ignore[attr-defined]
+    return Frame(entry_id, pos, client, envelope_of(ev), data, ev)
+
+
+class Seen:
+    """What one reader of a session's event log has met, so that it drops what the log may hold
+    twice or too late (DESIGN §4: consumers drop what they have seen).
+
+    The parser publishes its per-token events with plain XADDs, no script (``runtime.session``,
+    ``Sessions.append_call``): a parser that takes over a turn from one that was stalled rather than
+    dead may publish some of them again, and a turn cancelled while its parser was mid-chunk may get
+    some after its ``session.ended``.  Each turn attempt's parser events are published in seq
+    order, so one at or below the highest seq met for its attempt is a repeat, and one of a turn
+    whose ``session.ended`` went by is too late.  Every other writer publishes through a
+    once-script (no repeats, nothing after the end), and its events always pass.
+    """
+
+    __slots__ = ("seqs", "ended")
+
+    def __init__(self) -> None:
+        self.seqs: dict[tuple[int, int], int] = {}  # (turn, attempt) -> highest parser seq met
+        self.ended = -1  # highest turn whose session.ended was met
+
+    def fresh(self, frame: Frame) -> bool:
+        """Note ``frame``; False when the reader must drop it (see the class doc)."""
+        env = frame.env
+        if env.src != "parser":
+            if env.kind == "session.ended" and env.turn > self.ended:
+                self.ended = env.turn
+            return True
+        if env.turn <= self.ended:
+            return False
+        key = (env.turn, env.attempt)
+        if self.seqs.get(key, 0) >= env.seq:
+            return False
+        self.seqs[key] = env.seq
+        return True
+

@@ -12,7 +12,9 @@ Contracts:
   for a stream nobody here watched yet, the stream's last id when the watch began).  The
   history (A, C] is read by the subscriber itself with XRANGE, page by page, at the pace its
   client consumes; everything after C arrives from the shared reader through the queue.
-  The subscriber skips any id <= the last one it yielded, so nothing is lost or repeated.
+  The subscriber skips any id <= the last one it yielded, so nothing is lost or repeated; and a
+  parser event the log holds twice or after its turn's ``session.ended`` (``gateway.frames.Seen``)
+  is dropped, a resumed subscription first meeting a page of what its client met before ``after``.
 * **New subscriptions are noticed at once.**  Starting to watch a stream XADDs a token to
   this process's wake stream, which the reader's blocking XREAD always includes; the
   reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from gateway.frames import Frame, StreamId, fmt_id, make_frame, parse_id, stream_pos
+from gateway.frames import Frame, Seen, StreamId, fmt_id, make_frame, parse_id, stream_pos
 from runtime import bus
 from schemas import keys
 
@@ -80,6 +82,7 @@ class Subscription:
         self.queue: asyncio.Queue[Frame | None] = asyncio.Queue()  # bound enforced by offer()
         self.ended = asyncio.Event()
         self.reason = ""
+        self.seen = Seen()  # repeats and late events are dropped, not yielded
 
     @property
     def last_id(self) -> str:
@@ -106,7 +109,11 @@ class Subscription:
 
     async def frames(self, idle_s: float | None = None) -> AsyncIterator[Frame | None]:
         """Every event after ``after`` exactly once, in order; ``None`` after each ``idle_s`` without one."""
+        if self.last > (0, 0):
+            await self._seed()
         async for frame in self._history():
+            if not self.seen.fresh(frame):
+                continue
             yield frame
             if self._final(frame):
                 return
@@ -124,9 +131,20 @@ class Subscription:
                     return  # the end went by before ``after``: the client is past it
                 continue  # already yielded from the history
             self.last = frame.pos
+            if not self.seen.fresh(frame):
+                continue
             yield frame
             if self._final(frame):
                 return
+
+    async def _seed(self) -> None:
+        """A resumed subscription meets what its client met before ``after`` (a page of it): a
+        repeat of an event the client already has is dropped after a reconnect too."""
+        rows = await self.relay.r.xrevrange(keys.events(self.session), max=self.last_id, count=HISTORY_PAGE)
+        for raw_id, fields in reversed(rows):
+            frame = make_frame(raw_id.decode(), fields.get(bus.FIELD, b""))
+            if frame is not None:
+                self.seen.fresh(frame)
 
     async def _history(self) -> AsyncIterator[Frame]:
         while self.last < self.until and not self.ended.is_set():

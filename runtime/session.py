@@ -10,7 +10,8 @@ Session hash ``ts:s:{sid}`` fields (spelled only here: ``Field``)::
     claim:{T}     decoder generating turn T            att:{T}     attempts of turn T so far
     done:{T}      turn T fully generated (decoder)     asst:{T}    turn T's assistant message (parser)
     conv_turn     last turn whose messages are in ``ts:s:{sid}:msgs``
-    pseq:{T}:{A}  last parser event seq published for turn T attempt A (dseq: the decoder's)
+    pseq:{T}:{A}  last parser event seq published by an ordered publish (calls, the turn's end)
+                  for turn T attempt A; the per-token ones are found in the log (dseq: the decoder's)
     err:{T}       an error event was published for turn T
     end:{T}       ``session.ended`` was published for turn T (the first ending of a turn wins)
 
@@ -18,8 +19,9 @@ One writer per fact: the gateway creates the record and continues it; the decode
 and marks them generated; the parser records each turn's assistant message once (``asst:{T}``,
 from the same parse the client saw); the conversation list is appended only by
 ``runtime.turns.fold_turn``.  Nothing is published for a turn after its ``session.ended``:
-every publishing script checks ``end:{T}``.  Every script touches only keys with the same
-``{sid}`` hash tag (one cluster slot).
+every publishing script checks ``end:{T}``; the parser's per-token events, plain XADDs
+(``append_call``), are dropped by readers when they land after it.  Every script touches only
+keys with the same ``{sid}`` hash tag (one cluster slot).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import enum
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -35,6 +38,7 @@ import redis.asyncio as aioredis
 
 from runtime import bus
 from schemas import keys
+from schemas.codec import event_envelope
 
 
 class Status(enum.StrEnum):
@@ -199,6 +203,9 @@ def new_sid() -> str:
     return uuid.uuid4().hex[:16]
 
 
+TAKEOVER_PAGE = 256  # events read per round trip when a parser looks for what it published before
+TAKEOVER_SCAN = 4096  # and at most this many: beyond them it trusts its mark (readers drop repeats)
+
 _RECORD = ("status", "turn", "owner", "key", "max_turns", "tools", "params", "meta", "client_tools", "mode")
 
 
@@ -290,6 +297,40 @@ class Sessions:
         for seq, data in items:
             args += [seq, data]
         return bus.ScriptCall(self._publish, [keys.session(sid), keys.events(sid)], args)
+
+    def append_call(self, sid: str, data: bytes, maxlen: int) -> Callable[[Any], Any]:
+        """One event XADDed with no check, queued on a caller's shared round trip: the parser's
+        per-token events.  Their writer keeps them once: it publishes each turn attempt's events in
+        seq order and, taking a turn over, starts after ``parser_published``; readers drop what a
+        stalled (not dead) parser's late writes repeat and what lands after the turn's
+        ``session.ended`` (``gateway.frames.Seen``).  One command per event instead of a script
+        that reads and writes the mark: the per-token commands are halved."""
+        stream = keys.events(sid)
+        return lambda pipe: pipe.xadd(stream, {bus.FIELD: data}, maxlen=maxlen, approximate=True)
+
+    async def parser_published(self, sid: str, turn: int, attempt: int) -> int:
+        """The last seq the parser published for ``turn``'s ``attempt`` (-1: none): its mark, written
+        by its ordered publishes (``publish_once``), or beyond it the newest parser event of that
+        attempt in the tail of the log, read back to the attempt's ``turn.started`` (the decoder
+        publishes it before the attempt's first token), an earlier turn's event, or
+        ``TAKEOVER_SCAN`` entries."""
+        mark = int(await self.field(sid, Field.parser_seq(turn, attempt)) or -1)
+        stream, top, scanned = keys.events(sid), "+", 0
+        while scanned < TAKEOVER_SCAN:
+            rows = await self.r.xrevrange(stream, max=top, count=TAKEOVER_PAGE)
+            for raw_id, fields in rows:
+                env = event_envelope(fields.get(bus.FIELD, b""))
+                if env is None:
+                    continue
+                if env.src == "parser" and (env.turn, env.attempt) == (turn, attempt):
+                    return max(mark, env.seq)
+                if env.turn < turn or (env.kind == "turn.started" and (env.turn, env.attempt) == (turn, attempt)):
+                    return mark
+            if len(rows) < TAKEOVER_PAGE:
+                return mark
+            scanned += len(rows)
+            top = "(" + _s(rows[-1][0])
+        return mark
 
     async def publish_once(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
                            maxlen: int) -> int:

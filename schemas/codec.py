@@ -1,8 +1,8 @@
 """One encoder and one typed decoder per message family, built once and reused.
 
 Every message is msgpack, except the public event log's ``Event``: it is JSON, the bytes a
-client receives, so the gateway forwards an event without decoding it (``event_kind`` tells it
-what the event is).  Events written by earlier versions (msgpack) still decode.
+client receives, so the gateway forwards an event without decoding it (``event_envelope`` tells it
+what the event is and who wrote it).  Events written by earlier versions (msgpack) still decode.
 """
 
 from __future__ import annotations
@@ -50,19 +50,45 @@ def decode_event(data: bytes) -> Event:
     return _decode(_event_decoder if data[:1] == b"{" else _event_decoder_v0, data)
 
 
-_BODY_TYPE = b'"body":{"type":"'
+class BodyType(msgspec.Struct, frozen=True):
+    type: str
 
 
-def event_kind(data: bytes) -> str | None:
-    """The body type (tag) of an encoded event, read without decoding it; None when ``data`` is not a
-    JSON event.  Exact: an ``Event``'s JSON has one ``"body":{"type":"`` outside strings (inside a
-    JSON string every quote is escaped), and a body's tag is the first key of its object."""
-    at = data.find(_BODY_TYPE) if data[:1] == b"{" else -1
-    if at < 0:
+class Envelope(msgspec.Struct, frozen=True):
+    """What the relay and a parser taking over read of an event without its body: who wrote it
+    (``src``), for which turn attempt, at which place in that writer's order (``seq``), and the
+    body's type (``kind``).  ``(turn, attempt, src, seq)`` is unique per event: a reader that met
+    it already is looking at a repeat."""
+
+    turn: int
+    attempt: int
+    seq: int
+    src: str
+    body: BodyType  # only its type is read: the body's other fields are skipped, not built
+
+    @property
+    def kind(self) -> str:
+        return self.body.type
+
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+def event_envelope(data: bytes) -> Envelope | None:
+    """The envelope of an encoded event (JSON, or the msgpack of earlier versions); None when ``data``
+    is not an event.  Cheaper than decoding the event (~0.3 µs on a JSON one)."""
+    try:
+        if data[:1] == b"{":
+            return _envelope_decoder.decode(data)
+        ev = decode_event(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, UndecodableEntry):
         return None
-    start = at + len(_BODY_TYPE)
-    end = data.find(b'"', start)
-    return data[start:end].decode() if end > start else None
+    return envelope_of(ev)
+
+
+def envelope_of(ev: Event) -> Envelope:
+    tag = type(ev.body).__struct_config__.tag  # type: ignore[attr-defined]
+    return Envelope(ev.turn, ev.attempt, ev.seq, ev.src, BodyType(tag))
 
 
 def decode_token(data: bytes) -> TokenEntry:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import ApiError, not_found
-from gateway.frames import fmt_id, make_frame, parse_id
+from gateway.frames import Seen, fmt_id, make_frame, parse_id
 from gateway.relay import HISTORY_PAGE
 from gateway.responses.format import ResponseStream
 from gateway.responses.store import ResponseStore, StoredResponse
@@ -48,13 +48,14 @@ def store_of(state: Any) -> ResponseStore:
 
 
 async def log_events(r: Any, sid: str) -> AsyncIterator[Event]:
-    """The session's event log as it stands, oldest first."""
+    """The session's event log as it stands, oldest first, as a subscriber sees it (``Seen``)."""
     after = "-"
+    seen = Seen()
     while True:
         rows = await r.xrange(keys.events(sid), min=after, max="+", count=HISTORY_PAGE)
         for raw_id, fields in rows:
             frame = make_frame(fmt_id(parse_id(raw_id)), fields.get(bus.FIELD, b""))
-            if frame is not None:
+            if frame is not None and seen.fresh(frame):
                 yield frame.event
         if len(rows) < HISTORY_PAGE:
             return

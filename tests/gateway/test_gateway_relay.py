@@ -13,7 +13,8 @@ from gateway_harness import event_bytes
 from gateway.frames import make_frame, parse_id
 from gateway.relay import Dropped, Relay, Subscription
 from schemas import keys
-from schemas.events import ContentDelta, SessionEnded
+from schemas.codec import encode
+from schemas.events import ContentDelta, Event, SessionEnded
 from runtime import bus
 
 
@@ -129,3 +130,30 @@ async def test_a_consumer_cancelled_as_an_event_arrives_is_cancelled(relay: Rela
     finally:
         task.cancel()
         relay.unsubscribe(sub)
+
+
+def _parser_event(sid: str, turn: int, seq: int, body, attempt: int = 1) -> bytes:
+    return encode(Event(sid=sid, turn=turn, attempt=attempt, seq=seq, src="parser", body=body))
+
+
+async def test_a_parser_event_the_log_holds_twice_or_after_its_turn_ended_is_not_relayed(relay: Relay) -> None:
+    """The parser's per-token events are plain XADDs: a stalled parser's late writes can repeat one, a
+    cancel can land before a chunk's events.  Subscribers drop both; a resumed one too."""
+    sid, d = "repeats", ContentDelta
+    log = [_parser_event(sid, 0, 1, d(text="a")), _parser_event(sid, 0, 2, d(text="b")),
+           _parser_event(sid, 0, 3, d(text="c")),
+           _parser_event(sid, 0, 2, d(text="b")),  # a stalled parser of the same attempt wakes up
+           _parser_event(sid, 0, 1, d(text="x"), attempt=2),  # a new attempt counts from 1 again
+           encode(Event(sid=sid, turn=0, attempt=0, seq=0, src="session", body=SessionEnded(reason="cancelled"))),
+           _parser_event(sid, 0, 2, d(text="y"), attempt=2)]  # after the turn's end
+    ids = await bus.publish(relay.r, [(keys.events(sid), e) for e in log])
+    texts = []
+    async with asyncio.timeout(10):
+        async for frame in (await relay.subscribe(sid, (0, 0))).frames():
+            texts.append(frame.event.body.text if frame.kind == "content.delta" else frame.kind)
+    assert texts == ["a", "b", "c", "x", "session.ended"]
+    resumed = []  # after "c": the repeat of "b" is met from before the resume point
+    async with asyncio.timeout(10):
+        async for frame in (await relay.subscribe(sid, parse_id(ids[2]))).frames():
+            resumed.append(frame.event.body.text if frame.kind == "content.delta" else frame.kind)
+    assert resumed == ["x", "session.ended"]

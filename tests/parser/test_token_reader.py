@@ -44,11 +44,11 @@ class Turn:
     def unpublished(self, step: Step) -> bool:
         return bool(step.items)
 
-    def publish_call(self, step: Step) -> Any:
-        return lambda pipe: pipe.rpush(f"out:{self.stream}", *[d for _, d in step.items])
+    def append_calls(self, step: Step) -> list[Any]:
+        return [lambda pipe, d=d: pipe.rpush(f"out:{self.stream}", d) for _, d in step.items]
 
-    def published_to(self, mark: Any) -> None:
-        self.published = int(mark)
+    def published_to(self, step: Step) -> None:
+        self.published = step.items[-1][0]
 
     async def finish(self, step: Step) -> bool:
         self.finished.append(step)

@@ -9,8 +9,8 @@ import pytest
 
 from schemas import events as E
 from schemas import keys
-from schemas.codec import (UndecodableEntry, decode_event, decode_job, decode_token, decode_tool_job, encode,
-                           event_kind)
+from schemas.codec import (BodyType, Envelope, UndecodableEntry, decode_event, decode_job, decode_token,
+                           decode_tool_job, encode, event_envelope)
 
 BODIES = [
     E.ContentDelta(text="héllo ✓"), E.ReasoningDelta(text="thinking"),
@@ -87,18 +87,20 @@ def test_session_keys_share_one_hash_tag() -> None:
 
 
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: type(b).__name__)
-def test_events_are_json_and_their_kind_reads_without_decoding(body: object) -> None:
+def test_events_are_json_and_their_envelope_reads_without_the_body(body: object) -> None:
     ev = E.Event(sid="s1", turn=2, attempt=1, seq=5, src="parser", body=body, ts=1.0)
     data = encode(ev)
-    assert msgspec.json.decode(data)["body"]["type"] == body.__struct_config__.tag  # type: ignore[attr-defined]
-    assert event_kind(data) == body.__struct_config__.tag  # type: ignore[attr-defined]
+    tag = body.__struct_config__.tag  # type: ignore[attr-defined]
+    assert msgspec.json.decode(data)["body"]["type"] == tag
+    assert event_envelope(data) == Envelope(turn=2, attempt=1, seq=5, src="parser", body=BodyType(tag))
+    assert event_envelope(msgspec.msgpack.encode(ev)) == event_envelope(data)  # an earlier version's event
 
 
-def test_an_event_kind_is_never_fooled_by_its_text() -> None:
-    sly = E.ContentDelta(text='"body":{"type":"session.ended"} {"body":{"type":"x"}}')
-    data = encode(E.Event(sid='"body":{"type":"y"', turn=0, attempt=0, seq=1, src="parser", body=sly))
-    assert event_kind(data) == "content.delta"
-    assert event_kind(b"\x8a not json") is None and event_kind(b'{"sid": "x"}') is None
+def test_an_event_envelope_is_never_fooled_by_its_text() -> None:
+    sly = E.ContentDelta(text='"body":{"type":"session.ended"} "turn":9,"attempt":9,"seq":9,"src":"decoder"')
+    data = encode(E.Event(sid='"body":{"type":"y","turn":7', turn=0, attempt=0, seq=1, src="parser", body=sly))
+    assert event_envelope(data) == Envelope(turn=0, attempt=0, seq=1, src="parser", body=BodyType("content.delta"))
+    assert event_envelope(b"\x8a not json") is None and event_envelope(b'{"sid": "x"}') is None
 
 
 def test_events_of_earlier_versions_msgpack_still_decode() -> None:

@@ -22,7 +22,7 @@ Contracts:
 * **A failure is the turn's own.**  An exception in a turn's parse or ordered task fails that
   turn: ``parse`` raises it to the consumer.  Redis unreachable fails every turn of the read or
   the round trip that failed; their jobs stay pending and are taken over, replaying the turn
-  from its token log (its seq mark keeps every event exactly once).
+  from its token log after what it had published (``TurnParse`` says how).
 """
 
 from __future__ import annotations
@@ -131,15 +131,24 @@ class TokenReader:
                 turn.done.set_result(None)
 
     async def _publish(self, plain: list[tuple[TurnParse, Step]]) -> None:
-        """Every plain step's events in one round trip (one publish script per turn)."""
+        """Every plain step's events in one round trip (one XADD per event)."""
         if not plain:
             return
-        futures = [self.batcher.submit(turn.publish_call(step)) for turn, step in plain]
-        for (turn, _), reply in zip(plain, await asyncio.gather(*futures, return_exceptions=True), strict=True):
+        owners: list[int] = []  # the plain step of each XADD
+        futures = []
+        for i, (turn, step) in enumerate(plain):
+            for call in turn.append_calls(step):
+                owners.append(i)
+                futures.append(self.batcher.submit(call))
+        failed: dict[int, BaseException] = {}
+        for i, reply in zip(owners, await asyncio.gather(*futures, return_exceptions=True), strict=True):
             if isinstance(reply, BaseException):
-                self._fail(turn, reply)
+                failed.setdefault(i, reply)
+        for i, (turn, step) in enumerate(plain):
+            if i in failed:
+                self._fail(turn, failed[i])  # its job is retried: the replay starts after what went out
             else:
-                turn.published_to(reply)
+                turn.published_to(step)
 
     async def _finish(self, turn: TurnParse, step: Step) -> None:
         """A step that is not plain, in the turn's own task; the turn rejoins the read unless it is over."""

@@ -7,8 +7,12 @@ reader (``workers.parser.token_reader``) together with every other turn's, in on
 any other step -- a call became ready, the turn ended, an entry was undecodable, a newer attempt
 showed up -- goes through ``finish(step)``, the ordered path below.
 
-Events are published through the per-(turn, attempt) seq mark (``Sessions.publish_once``): a
-parser that replays the turn from its token log publishes nothing twice.  Each call is enqueued
+Each event carries the attempt's next seq.  The per-token events are plain XADDs
+(``Sessions.append_call``); the ordered path's go through the once-script and its seq mark
+(``Sessions.publish_once``), which also refuses them after the turn's ``session.ended`` (the
+parse then publishes nothing more).  A parser that replays the turn from its token log starts
+after what was published (``Sessions.parser_published``: the mark, or the log's tail) and
+publishes nothing twice; what a stalled parser may repeat, readers drop.  Each call is enqueued
 on its tool pool once published (arq job id ``{sid}:{turn}:{index}``: a replay cannot enqueue it
 twice); in a LOOP session a client call is marked awaited before the client can see it.
 
@@ -110,7 +114,8 @@ class TurnParse:
         self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,
                                   reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
                                   calls=calls)
-        self.published = int(await self.ctx.sessions.field(self.sid, self.cursor) or -1)
+        self.published = await self.ctx.sessions.parser_published(self.sid, self.turn, self.attempt)
+        self.ended = False  # an ordered publish found the turn's session.ended: nothing more goes out
         return True
 
     async def ended_elsewhere(self) -> bool:
@@ -171,14 +176,17 @@ class TurnParse:
 
     def unpublished(self, step: Step) -> bool:
         """Whether ``step`` holds events beyond what was already published (a replay holds none)."""
-        return bool(step.items) and step.items[-1][0] > self.published
+        return bool(step.items) and step.items[-1][0] > self.published and not self.ended
 
-    def publish_call(self, step: Step) -> bus.ScriptCall:
-        """The publish of ``step``'s events, for the shared round trip; its reply goes to ``published_to``."""
-        return self.ctx.sessions.publish_call(self.sid, self.turn, self.cursor, step.items, bus.EVENT_STREAM_MAXLEN)
+    def _new(self, step: Step) -> list[tuple[int, bytes]]:
+        return [item for item in step.items if item[0] > self.published]
 
-    def published_to(self, mark: Any) -> None:
-        self.published = int(mark)
+    def append_calls(self, step: Step) -> list[Any]:
+        """The XADDs of ``step``'s new events, for the shared round trip; once all went out: ``published_to``."""
+        return [self.ctx.sessions.append_call(self.sid, data, bus.EVENT_STREAM_MAXLEN) for _, data in self._new(step)]
+
+    def published_to(self, step: Step) -> None:
+        self.published = max(self.published, step.items[-1][0])
 
     # ------------------------------------------------------------------ the ordered path
     async def finish(self, step: Step) -> bool:
@@ -196,8 +204,10 @@ class TurnParse:
     async def _publish(self, step: Step) -> None:
         await self._await_client(step.calls)  # before the client can see them and post results
         if self.unpublished(step):
-            self.published = await self.ctx.sessions.publish_once(self.sid, self.turn, self.cursor, step.items,
-                                                                 bus.EVENT_STREAM_MAXLEN)
+            mark = await self.ctx.sessions.publish_once(self.sid, self.turn, self.cursor, self._new(step),
+                                                        bus.EVENT_STREAM_MAXLEN)
+            self.ended = mark < 0
+            self.published = max(self.published, mark)
         self.calls += step.calls
         if self.ctx.cfg.dispatch == "after_turn":
             self.deferred += step.calls

@@ -5,8 +5,8 @@ acked when its turn is parsed (``workers.parser.turn_parse.TurnParse``: what is 
 dispatched, and in which order).  Every turn in flight is read by ONE shared token reader
 (``workers.parser.token_reader``), and the per-token events of all of them leave in one round
 trip per iteration.  The token log is the log of the turn: a parser that takes a job over
-replays the turn from its start, and the per-(turn, attempt) seq mark keeps every event
-exactly once.
+replays the turn from its start and publishes only the events past what was already
+published for that (turn, attempt).
 """
 
 from __future__ import annotations
