@@ -7,10 +7,11 @@ import asyncio
 
 from runtime import bus
 from runtime.config import load_config
-from runtime.session import TAKEOVER_PAGE, Field, Sessions
+from runtime.session import TAKEOVER_PAGE, Field, Sessions, Status
 from schemas import keys
 from schemas.codec import decode_event, encode
-from schemas.events import (ContentDelta, Event, ParseTurn, TokenChunk, TokenEnd, ToolResult, TurnStarted)
+from schemas.events import (ContentDelta, Event, ParseTurn, SessionEnded, TokenChunk, TokenEnd, ToolResult,
+                            TurnStarted)
 from workers.parser.turn_parse import TurnParse
 from workers.parser.worker import ParserWorker
 
@@ -86,3 +87,27 @@ async def test_a_parser_that_takes_a_turn_over_publishes_nothing_twice(r) -> Non
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # none twice, none missing
     assert "".join(e.body.text for e in events if isinstance(e.body, ContentDelta)) == "".join(words)
     assert type(events[-1].body).__name__ == "TurnEnded"
+
+
+async def test_a_turn_taken_over_after_its_session_ended_publishes_nothing(r) -> None:
+    """A cancel ended the turn while its parser was down: the one taking the job over publishes no
+    per-token event after the end (readers would drop them; they are not written at all)."""
+    sessions = Sessions(r)
+    await sessions.create("s", [{"role": "user", "content": "hi"}], max_turns=1)
+    await bus.publish(r, [_started(0, 1)])
+    ended = Event(sid="s", turn=0, attempt=0, seq=0, src="session", body=SessionEnded(reason="cancelled"))
+    await sessions.end_once("s", 0, encode(ended), Status.CANCELLED, 100)
+    [chunk] = await bus.publish(r, [(keys.tokens("s"), encode(TokenChunk(turn=0, attempt=1, seq=0, text="late ",
+                                                                          n_tokens=1)))])
+    worker = ParserWorker(load_config(), r, dispatcher=None)
+
+    async def end_later() -> None:  # once the chunk was taken alone: a plain step
+        while not any(t.after == chunk for t in worker.tokens.active.values()):
+            await asyncio.sleep(0.01)
+        await bus.publish(r, [(keys.tokens("s"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop")))])
+
+    ending = asyncio.create_task(end_later())
+    await _parse(worker, ParseTurn(sid="s", turn=0, attempt=1))
+    await ending
+    assert await _parser_events(r) == []
+    assert await r.hget(keys.session("s"), Field.message(0)) is not None  # the turn's message is still recorded

@@ -115,7 +115,9 @@ class TurnParse:
                                   reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
                                   calls=calls)
         self.published = await self.ctx.sessions.parser_published(self.sid, self.turn, self.attempt)
-        self.ended = False  # an ordered publish found the turn's session.ended: nothing more goes out
+        # the turn's session.ended is out (a replay after a cancel), or an ordered publish found it
+        # later: nothing more goes out
+        self.ended = await self.ctx.sessions.field(self.sid, Field.ended(self.turn)) is not None
         return True
 
     async def ended_elsewhere(self) -> bool:
