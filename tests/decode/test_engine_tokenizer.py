@@ -106,3 +106,16 @@ def test_session_prompts_reuse_the_generated_ids(tokenizers) -> None:
     for other in ("x", "y"):
         prompts.remember(other, prompt, len(prompt))
     assert prompts.build("s", follow)[1] == 0  # evicted from the bounded record
+
+
+def test_a_new_session_that_continues_another_ones_turn_finds_it(tokenizers) -> None:
+    """A client-side loop sends the next turn as a new session: its text extends the other one's record."""
+    ours, _ = tokenizers
+    prompts = SessionPrompts(ours, max_records=4)
+    prompt = ours.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    prompts.remember("a", prompt + ours.encode("sure") + [ours.token_id("<|im_end|>")], len(prompt))
+    prompts.remember("b", ours.encode("<|im_start|>user\nbye<|im_end|>\n"), 3)
+    follow = ours.decode(prompts.ids("a")) + "\n<|im_start|>tool\n42<|im_end|>\n"
+    assert prompts.predecessor(follow, ["b", "a"]) == "a"
+    assert prompts.predecessor(follow, ["b", "gone"]) is None
+    assert prompts.predecessor("<|im_start|>user\nhello", ["a", "b"]) is None

