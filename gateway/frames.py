@@ -70,7 +70,7 @@ class Frame:
 
     def ends(self, turn: int) -> bool:
         """Whether this is the ``session.ended`` of turn ``turn`` or later."""
-        return self.env.kind == "session.ended" and self.env.turn >= turn
+        return self.kind == "session.ended" and self.env.turn >= turn
 
 
 def make_frame(entry_id: str, data: bytes, pos: StreamId | None = None) -> Frame | None:
@@ -111,7 +111,7 @@ class Seen:
         """Note ``frame``; False when the reader must drop it (see the class doc)."""
         env = frame.env
         if env.src != "parser":
-            if env.kind == "session.ended" and env.turn > self.ended:
+            if frame.kind == "session.ended" and env.turn > self.ended:
                 self.ended = env.turn
             return True
         if env.turn <= self.ended:

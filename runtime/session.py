@@ -301,20 +301,23 @@ class Sessions:
     def append_call(self, sid: str, data: bytes, maxlen: int) -> Callable[[Any], Any]:
         """One event XADDed with no check, queued on a caller's shared round trip: the parser's
         per-token events.  Their writer keeps them once: it publishes each turn attempt's events in
-        seq order and, taking a turn over, starts after ``parser_published``; readers drop what a
+        seq order and, taking a turn over, starts after what ``parser_start`` finds; readers drop what a
         stalled (not dead) parser's late writes repeat and what lands after the turn's
         ``session.ended`` (``gateway.frames.Seen``).  One command per event instead of a script
         that reads and writes the mark: the per-token commands are halved."""
         stream = keys.events(sid)
         return lambda pipe: pipe.xadd(stream, {bus.FIELD: data}, maxlen=maxlen, approximate=True)
 
-    async def parser_published(self, sid: str, turn: int, attempt: int) -> int:
-        """The last seq the parser published for ``turn``'s ``attempt`` (-1: none): its mark, written
-        by its ordered publishes (``publish_once``), or beyond it the newest parser event of that
-        attempt in the tail of the log, read back to the attempt's ``turn.started`` (the decoder
-        publishes it before the attempt's first token), an earlier turn's event, or
-        ``TAKEOVER_SCAN`` entries."""
-        mark = int(await self.field(sid, Field.parser_seq(turn, attempt)) or -1)
+    async def parser_start(self, sid: str, turn: int, attempt: int) -> tuple[int, bool]:
+        """Where a parse of ``turn``'s ``attempt`` starts: the last seq the parser published for it (-1:
+        none) -- its mark, written by its ordered publishes (``publish_once``), or beyond it the
+        newest parser event of that attempt in the tail of the log, read back to the attempt's
+        ``turn.started`` (the decoder publishes it before the attempt's first token), an earlier
+        turn's event, or ``TAKEOVER_SCAN`` entries -- and whether the turn's ``session.ended`` is out."""
+        mark_s, ended = await self.r.hmget(keys.session(sid), Field.parser_seq(turn, attempt), Field.ended(turn))
+        return await self._published(sid, turn, attempt, int(mark_s or -1)), ended is not None
+
+    async def _published(self, sid: str, turn: int, attempt: int, mark: int) -> int:
         stream, top, scanned = keys.events(sid), "+", 0
         while scanned < TAKEOVER_SCAN:
             rows = await self.r.xrevrange(stream, max=top, count=TAKEOVER_PAGE)

@@ -1,5 +1,5 @@
 """A parser taking a turn over publishes nothing twice: the per-token events are plain XADDs, so
-what went out before is found in the log (``Sessions.parser_published``), not only in the mark."""
+what went out before is found in the log (``Sessions.parser_start``), not only in the mark."""
 
 from __future__ import annotations
 
@@ -35,16 +35,18 @@ def _result(turn: int) -> tuple[str, bytes]:
 async def test_what_a_parser_published_is_read_back_from_the_log(r) -> None:
     sessions = Sessions(r)
     await sessions.create("s", [{"role": "user", "content": "hi"}])
-    assert await sessions.parser_published("s", 0, 1) == -1  # an empty log
+    assert await sessions.parser_start("s", 0, 1) == (-1, False)  # an empty log
     await bus.publish(r, [_started(0, 1), _delta(0, 1, 1), _delta(0, 1, 2), _result(0)])
-    assert await sessions.parser_published("s", 0, 1) == 2  # past a later writer's event
-    assert await sessions.parser_published("s", 1, 1) == -1  # an earlier turn's events end the look
+    assert await sessions.parser_start("s", 0, 1) == (2, False)  # past a later writer's event
+    assert await sessions.parser_start("s", 1, 1) == (-1, False)  # an earlier turn's events end the look
     await bus.publish(r, [_delta(0, 1, 3), _started(0, 2)])  # a new attempt began: nothing of it yet
-    assert await sessions.parser_published("s", 0, 2) == -1
+    assert await sessions.parser_start("s", 0, 2) == (-1, False)
     await sessions.set_fields("s", **{Field.parser_seq(0, 2): 5})
-    assert await sessions.parser_published("s", 0, 2) == 5  # the ordered publishes' mark
+    assert await sessions.parser_start("s", 0, 2) == (5, False)  # the ordered publishes' mark
     await bus.publish(r, [_delta(0, 2, 6)] + [_result(0)] * (TAKEOVER_PAGE + 10))
-    assert await sessions.parser_published("s", 0, 2) == 6  # found a page further back
+    assert await sessions.parser_start("s", 0, 2) == (6, False)  # found a page further back
+    await sessions.set_fields("s", **{Field.ended(0): 0})
+    assert await sessions.parser_start("s", 0, 2) == (6, True)  # and the turn's session.ended is out
 
 
 async def _parse(worker: ParserWorker, job: ParseTurn, until: int | None = None) -> None:

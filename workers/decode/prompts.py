@@ -44,11 +44,19 @@ class SessionPrompts:
 
     def build(self, session: str, text: str) -> tuple[list[int], int]:
         """Prompt ids for ``text``, and how many leading ids came from the session's record."""
-        record = self.records.get(session)
+        cut = self._cut(self.records.get(session), text)
+        if cut is None:
+            return self.tokenizer.encode(text), 0
+        text_len, num_ids = cut
+        return list(self.records[session].ids[:num_ids]) + self.tokenizer.encode(text[text_len:]), num_ids
+
+    @staticmethod
+    def _cut(record: _Record | None, text: str, min_ids: int = 0) -> tuple[int, int] | None:
+        """The longest reusable prefix of ``record`` (of more than ``min_ids`` ids) that ``text`` extends."""
         for text_len, num_ids in record.cuts if record else ():
-            if text.startswith(record.text[:text_len]):
-                return list(record.ids[:num_ids]) + self.tokenizer.encode(text[text_len:]), num_ids
-        return self.tokenizer.encode(text), 0
+            if num_ids > min_ids and text.startswith(record.text[:text_len]):
+                return text_len, num_ids
+        return None
 
     def predecessor(self, text: str, sessions: list[str]) -> str | None:
         """The first of ``sessions`` whose recorded turn, its completion included, ``text`` extends: a
@@ -56,8 +64,7 @@ class SessionPrompts:
         continues in a new session; None when none does."""
         for session in sessions:
             record = self.records.get(session)
-            if record is not None and any(text.startswith(record.text[:n])
-                                          for n, ids in record.cuts if ids > record.prompt_ids):
+            if record is not None and self._cut(record, text, min_ids=record.prompt_ids) is not None:
                 return session
         return None
 

@@ -11,7 +11,7 @@ Each event carries the attempt's next seq.  The per-token events are plain XADDs
 (``Sessions.append_call``); the ordered path's go through the once-script and its seq mark
 (``Sessions.publish_once``), which also refuses them after the turn's ``session.ended`` (the
 parse then publishes nothing more).  A parser that replays the turn from its token log starts
-after what was published (``Sessions.parser_published``: the mark, or the log's tail) and
+after what was published (``Sessions.parser_start``: the mark, or the log's tail) and
 publishes nothing twice; what a stalled parser may repeat, readers drop.  Each call is enqueued
 on its tool pool once published (arq job id ``{sid}:{turn}:{index}``: a replay cannot enqueue it
 twice); in a LOOP session a client call is marked awaited before the client can see it.
@@ -114,10 +114,9 @@ class TurnParse:
         self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,
                                   reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
                                   calls=calls)
-        self.published = await self.ctx.sessions.parser_published(self.sid, self.turn, self.attempt)
-        # the turn's session.ended is out (a replay after a cancel), or an ordered publish found it
-        # later: nothing more goes out
-        self.ended = await self.ctx.sessions.field(self.sid, Field.ended(self.turn)) is not None
+        # ended: the turn's session.ended is out (a replay after a cancel), or an ordered publish
+        # finds it later: nothing more goes out
+        self.published, self.ended = await self.ctx.sessions.parser_start(self.sid, self.turn, self.attempt)
         return True
 
     async def ended_elsewhere(self) -> bool:
