@@ -83,8 +83,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("jamba", template=("<tool_calls>",), model_types=("jamba",)),
     Family("cohere_command", template=("<|START_ACTION|>",), tokens=("<|START_ACTION|>",), model_types=("cohere2",)),
     Family("phi4_mini_json", template=("functools[",), model_types=("phi3",)),
-    # no template marker: Granite 3.1+ (hermes) share 3.0's turn tokens and no 3.0 template was at hand
-    Family("granite", model_types=("granite",)),
+    # Granite 3.x; Granite 4 writes hermes' <tool_call> between the same role tokens
+    Family("granite", template=("<|tool_call|>", "<|start_of_role|>"), model_types=("granite", "granitemoe")),
     Family("gigachat3", template=("<|role_sep|>", "function call"), tokens=("<|role_sep|>", "<|function_call|>")),
     Family("apertus", template=("<|tools_prefix|>",), tokens=("<|tools_prefix|>",), model_types=("apertus",)),
     Family("lfm2", template=("<|tool_call_start|>",), tokens=("<|tool_call_start|>",),

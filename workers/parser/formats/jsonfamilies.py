@@ -72,8 +72,8 @@ class CohereCommandParser(JsonCallsParser):
 
 
 class GraniteParser(JsonCallsParser):
-    """IBM Granite 3.0: ``<|tool_call|>[{"name": .., "arguments": {..}}]``, no close marker (vLLM granite).
-    Granite 3.1+ and 4 write hermes' ``<tool_call>`` and use ``hermes``."""
+    """IBM Granite 3.0-3.3: ``<|tool_call|>[{"name": .., "arguments": {..}}]``, no close marker (vLLM granite,
+    Granite 3.3's template).  Granite 4 writes hermes' ``<tool_call>`` and uses ``hermes``."""
 
     FORMAT = "granite"
     OPEN = "<|tool_call|>"
