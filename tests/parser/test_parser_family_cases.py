@@ -82,6 +82,11 @@ CASES: dict[str, list[Case]] = {
         Case("parallel_then_text", f'<|tool_call|>[{J}, {{"name": "now", "arguments": {{}}}}] ok',
              content=" ok", calls=[W, ("now", {})]),
         Case("invalid", '<|tool_call|>[{"name": "f", "arguments": {"a": 1}]', content="]", invalid=[("f", False)]),
+        # one bare object per marker, as vLLM's Granite 3.0 template writes a past call (a model may copy it)
+        Case("bare_objects", f'<|tool_call|> {J}\n<|tool_call|> {{"name": "now", "arguments": {{}}}} ok',
+             content="\n ok", calls=[W, ("now", {})]),
+        Case("thinking_response", "<think>user wants weather</think><response>Checking.</response>",
+             reasoning="user wants weather", content="Checking.", kw={"reasoning": "think"}),
     ],
     "phi4_mini_json": [
         Case("basic", f"functools[{J}]", calls=[W]),

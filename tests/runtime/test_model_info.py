@@ -58,8 +58,6 @@ EXPECTED = {
 PAST_CALL_OTHERWISE = {
     # vLLM's template tells the model to write functools[{...}] but writes a past call as the bare object
     "microsoft--Phi-4-mini-instruct": "functools[",
-    # vLLM's template writes `<|tool_call|> {..}` per call; the model writes (and vLLM reads) a list
-    "ibm-granite--granite-3.0-8b-instruct": "<|tool_call|>[",
     # IBM's template writes an assistant turn's content only: a past call is not written at all
     "ibm-granite--granite-3.3-2b-instruct": "<|tool_call|>",
 }

@@ -30,6 +30,7 @@ class JsonCallsParser(FormatParser):
     CLOSE = ""  # "" when the block has no close marker (it ends with its list)
     STRAY_ALSO: tuple[str, ...] = ()  # template markers dropped from text
     LAYOUT = SINGLE
+    BARE_ALSO = False  # a list family that also reads one bare object after OPEN as one call
     NAME_KEYS = NAME_KEYS
     ARG_KEYS = ARG_KEYS
     ENVELOPE: type[Envelope] = Envelope
@@ -40,8 +41,11 @@ class JsonCallsParser(FormatParser):
         cls.STRAY_MARKERS = ((cls.CLOSE,) if cls.CLOSE else ()) + cls.STRAY_ALSO
         cls.RECOVER_MARKERS = {cls.CLOSE: T_CLOSE, **cls.START_MARKERS} if cls.CLOSE else {}
 
+    _bare = False  # this block is one bare object (``BARE_ALSO``), not a list
+
     def _on_call_marker(self, tag: str, buf: str, start: int, end: int) -> int:
         self._state = self._list_open if self.LAYOUT == LIST else self._item
+        self._bare = False
         return end
 
     # ------------------------------------------------------------------ the block
@@ -49,6 +53,10 @@ class JsonCallsParser(FormatParser):
         at = skip_ws(buf, pos)
         if at >= len(buf):
             return pos  # held: without a list the marker and this whitespace are text
+        if buf[at] == "{" and self.BARE_ALSO:
+            self._bare = True
+            self._state = self._item
+            return at
         if buf[at] != "[":
             if not self.CLOSE:  # a bare marker word in prose (phi4's ``functools``) is text
                 self.content(self.OPEN)
@@ -77,9 +85,9 @@ class JsonCallsParser(FormatParser):
     def _object(self, buf: str, pos: int) -> int:
         end, done = self.envelope_step(buf, pos)
         if done:
-            if self.LAYOUT == SINGLE and self.CLOSE:
+            if (self.LAYOUT == SINGLE or self._bare) and self.CLOSE:
                 self.expect((self.CLOSE,), self.ready_then_text)
-            elif self.LAYOUT == SINGLE:
+            elif self.LAYOUT == SINGLE or self._bare:
                 self.ready_then_text()
             else:
                 self.ready()

@@ -78,6 +78,8 @@ class GraniteParser(JsonCallsParser):
     FORMAT = "granite"
     OPEN = "<|tool_call|>"
     LAYOUT = LIST
+    BARE_ALSO = True  # vLLM's Granite 3.0 template writes a past call as ``<|tool_call|> {..}``
+    STRAY_ALSO = ("<response>", "</response>")  # Granite 3.3 thinking: ``<think>..</think><response>..</response>``
 
 
 class Phi4MiniParser(JsonCallsParser):
