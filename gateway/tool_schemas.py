@@ -6,6 +6,10 @@ chat template can use.
 * valid against its dialect's meta-schema (``$schema``, default draft 2020-12);
 * every ``$ref`` resolves inside the schema (nothing is fetched: a remote reference is refused).
 
+An agent sends the same tools with every turn, and checking one against its meta-schema costs about
+a millisecond: ``check`` remembers the verdicts on the last ``CHECKED_MAX`` schemas it saw (keyed by
+their canonical JSON, so key order does not matter), after bounding their size.
+
 ``normalise`` writes the implicit parts out (a function without ``parameters`` takes no
 arguments; an object schema without ``properties`` has none), so that chat templates that read
 ``parameters.properties`` render every function.
@@ -13,6 +17,8 @@ arguments; an object schema without ``properties`` has none), so that chat templ
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from typing import Any
 
 import jsonschema
@@ -25,11 +31,31 @@ MAX_SCHEMA_NODES = 4000
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}}
 _DATA_KEYWORDS = ("const", "enum", "default", "examples")  # values that are data, not subschemas
 _ROOT = "urn:turnstream:tool-parameters"
+CHECKED_MAX = 4096  # verdicts remembered (schemas are bounded: at most MAX_SCHEMA_NODES values each)
+_checked: OrderedDict[str, str] = OrderedDict()  # canonical JSON -> "" (usable) or the problem
 
 
 def check(schema: dict[str, Any]) -> None:
     """Raise ValueError (naming the problem) unless ``schema`` is usable (see the module doc)."""
-    _check_size(schema)
+    _check_size(schema)  # first: bounds what the key's encoding may recurse into
+    key = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=repr)  # repr: a TOML date
+    problem = _checked.get(key)
+    if problem is None:
+        try:
+            _check_uncached(schema)
+            problem = ""
+        except ValueError as exc:
+            problem = str(exc)
+        _checked[key] = problem
+        if len(_checked) > CHECKED_MAX:
+            _checked.popitem(last=False)
+    else:
+        _checked.move_to_end(key)
+    if problem:
+        raise ValueError(problem)
+
+
+def _check_uncached(schema: dict[str, Any]) -> None:
     if not isinstance(schema.get("$schema", ""), str):
         raise ValueError("$schema must be a string: the URI of a JSON Schema dialect")
     try:

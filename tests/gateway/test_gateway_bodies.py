@@ -11,6 +11,7 @@ import pytest
 from gateway_harness import MODEL, GwStack
 
 from gateway.openai.bodies import ChatRequest, CreateSession
+from gateway import tool_schemas
 from gateway.tool_schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from runtime.chat_template import ChatTokenizer
 from runtime.config import DEFAULT_MODEL_DIR
@@ -37,6 +38,26 @@ def nested(depth: int) -> dict[str, Any]:
     while levels + 2 <= depth:
         schema, levels = {"type": "object", "properties": {"a": schema}}, levels + 2
     return {"not": schema} if levels < depth else schema
+
+
+def test_schema_verdicts_are_remembered_whatever_the_key_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent sends its tools with every turn: each schema is checked against its meta-schema once."""
+    monkeypatch.setattr(tool_schemas, "_checked", type(tool_schemas._checked)())
+    monkeypatch.setattr(tool_schemas, "CHECKED_MAX", 2)
+    calls: list[Any] = []
+    real = tool_schemas._check_uncached
+    monkeypatch.setattr(tool_schemas, "_check_uncached", lambda schema: (calls.append(schema), real(schema))[1])
+    tool_schemas.check({"type": "object", "properties": {"a": {"type": "string"}}})
+    tool_schemas.check({"properties": {"a": {"type": "string"}}, "type": "object"})  # the same schema
+    assert len(calls) == 1
+    for _ in range(2):  # a refusal is remembered too, with its reason
+        with pytest.raises(ValueError, match="not a valid JSON Schema"):
+            tool_schemas.check({"type": 3})
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="nested too deeply"):  # the size bound comes before any key is made
+        tool_schemas.check(nested(MAX_SCHEMA_DEPTH + 1))
+    tool_schemas.check({"type": "string"})
+    assert len(tool_schemas._checked) == 2 and len(calls) == 3  # the oldest verdict made room
 
 
 def test_a_function_without_parameters_is_a_function_with_no_arguments() -> None:
