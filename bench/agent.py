@@ -25,7 +25,8 @@ and the same number of tokens per turn, and exits 1 (INVALID) otherwise.  Sides:
 Memory: ``ample`` (every context fits many times over) and ``tight`` (the contexts of 4 tasks in flight
 are twice the KV pool), each with its own servers.  Per side, level and memory: task time p50/p99,
 tasks per minute, prompt tokens computed per task, call-closed -> tool-started, last result -> next
-turn's first token, CPU seconds per task of the server's process tree.  Writes ``agent.json``,
+turn's first token, CPU seconds per task of the server's process tree, and on turnstream's vLLM engine the
+residency's pins lapsed and admission waits per task (its /metrics).  Writes ``agent.json``,
 ``agent.md`` and ``agent.png``; the last line printed is the headline ratio (side 1 / side 3 at
 concurrency 4, tight memory).
 """
@@ -181,10 +182,28 @@ async def run_level(side: str, server: Server, trace: Trace, level: int, n: int,
 
     limits = httpx.Limits(max_connections=2 * level + 8)
     async with httpx.AsyncClient(timeout=900, limits=limits) as http:
+        kept0 = await residency(http, server.url)
         cpu0, t0 = server.cpu_seconds(), time.time()
         runs = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
         wall, cpu = time.time() - t0, server.cpu_seconds() - cpu0
-    return {"runs": runs, "wall_s": wall, "cpu_s": cpu}
+        kept = {k: v - kept0.get(k, 0.0) for k, v in (await residency(http, server.url)).items()}
+    return {"runs": runs, "wall_s": wall, "cpu_s": cpu, "residency": kept}
+
+
+RESIDENCY = ("turnstream_decoder_pins_lapsed", "turnstream_decoder_admission_waits", "turnstream_decoder_kv_refreshes")
+
+
+async def residency(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The vLLM engine's residency counters summed over a turnstream server's decoders (its /metrics; the
+    heartbeats behind them beat every second, so a level's last second may be missing); {} elsewhere."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = (await http.get(url + "/metrics", timeout=10)).text
+    except httpx.HTTPError:
+        return {}
+    return {fam.name: sum(s.value for s in fam.samples if s.name.endswith("_total"))
+            for fam in text_string_to_metric_families(text) if fam.name in RESIDENCY}
 
 
 def measure(args: argparse.Namespace, trace: Trace, servers: dict[str, Server], sides: list[str],

@@ -71,6 +71,8 @@ def summarise(trace: Trace, result: dict[str, Any]) -> dict[str, Any]:
             "dispatch_p50_ms": percentile(dispatch, 50), "dispatch_p99_ms": percentile(dispatch, 99),
             "resume_p50_ms": percentile(resume, 50), "resume_p99_ms": percentile(resume, 99),
             "cpu_s_per_task": result["cpu_s"] / n,
+            "residency_per_task": {k.removeprefix("turnstream_decoder_"): v / n
+                                   for k, v in result.get("residency", {}).items()},
             "completion_tokens_per_task": sum(o.completion_tokens for r in runs for o in r.turns) / n}
 
 
@@ -116,7 +118,8 @@ def headline(results: dict[str, Any]) -> str:
 
 def table(results: dict[str, Any], levels: list[int]) -> str:
     headers = ["memory", "side", "conc.", "task p50 s", "p99 s", "tasks/min", "vs vllm-client (p50)",
-               "prompt tok computed / task", "closed->started p50 ms", "result->next token p50 ms", "CPU s / task"]
+               "prompt tok computed / task", "closed->started p50 ms", "result->next token p50 ms", "CPU s / task",
+               "pins lapsed / admission waits per task"]
     rows = []
     for memory, sides in results.items():
         for side, by_level in sides.items():
@@ -128,8 +131,15 @@ def table(results: dict[str, Any], levels: list[int]) -> str:
                 rows.append([memory, side, level, s["task_p50_s"], s["task_p99_s"], s["tasks_per_min"],
                              f"{base / s['task_p50_s']:.2f}x" if s["task_p50_s"] and not math.isnan(base) else "-",
                              round(s["prompt_computed_per_task"]), s["dispatch_p50_ms"], s["resume_p50_ms"],
-                             s["cpu_s_per_task"]])
+                             s["cpu_s_per_task"], kept(s.get("residency_per_task") or {})])
     return markdown_table(headers, rows)
+
+
+def kept(per_task: dict[str, float]) -> str:
+    """The vLLM engine's residency per task (turnstream on vLLM only): pins lapsed / admission waits."""
+    if "pins_lapsed" not in per_task:
+        return "-"
+    return f"{per_task['pins_lapsed']:.1f} / {per_task.get('admission_waits', 0.0):.1f}"
 
 
 def phase_table(results: dict[str, Any], level: int) -> str:

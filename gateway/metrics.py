@@ -38,6 +38,11 @@ do); vLLM's name for the same fact is given where there is one.
     turnstream_decoder_requests{worker,state}   running / waiting sequences of a live decoder
                                                 (vllm:num_requests_running / _waiting)
     turnstream_decoder_kv_usage{worker}         used share of a live decoder's KV blocks (vllm:kv_cache_usage_perc)
+    turnstream_decoder_pinned_sessions{worker}  sessions whose KV a live decoder keeps through their tools
+    turnstream_decoder_pins_lapsed_total{worker}, turnstream_decoder_admission_waits_total{worker},
+    turnstream_decoder_kv_refreshes_total{worker}   the vLLM engine's residency (``workers.decode.residency``):
+                                                pins that ran out before the session came back, requests
+                                                that waited for room, kept sessions moved behind ended ones
     turnstream_processes_alive{kind}            live processes by kind (heartbeats)
     turnstream_relay_*                          subscribers, watched sessions; relayed events and
                                                 dropped clients (counters)
@@ -134,6 +139,13 @@ class RequestMetrics:
                 metrics.requests.labels(metrics.model_name, api, status).inc()
 
 
+RESIDENCY = (  # heartbeat key, series name (a counter: _total is added), help
+    ("pins_lapsed", "pins_lapsed", "Pins that ran out before their session came back (vLLM engine)"),
+    ("admission_waits", "admission_waits", "Requests that waited for room in the KV pool (vLLM engine)"),
+    ("refreshes", "kv_refreshes", "Kept sessions moved behind ended ones in vLLM's eviction order"),
+)
+
+
 class _Scraped:
     """Families rebuilt from the last refresh at every scrape: live workers only, counters as counters."""
 
@@ -147,6 +159,10 @@ class _Scraped:
         reqs = GaugeMetricFamily("turnstream_decoder_requests", "Sequences of a live decoder", labels=["worker", "state"])
         kv = GaugeMetricFamily("turnstream_decoder_kv_usage", "Used share of a live decoder's KV blocks",
                                labels=["worker"])
+        pinned = GaugeMetricFamily("turnstream_decoder_pinned_sessions", "Sessions whose KV a live decoder keeps "
+                                   "through their tools", labels=["worker"])
+        residency = {key: CounterMetricFamily(f"turnstream_decoder_{name}", doc, labels=["worker"])
+                     for key, name, doc in RESIDENCY}
         for b in m.beats.values():
             if b.get("kind") != "decode":
                 continue
@@ -156,6 +172,11 @@ class _Scraped:
                 reqs.add_metric([w, state], float(b.get(state, 0) or 0))
             if b.get("total_blocks"):
                 kv.add_metric([w], 1.0 - float(b.get("free_blocks", 0)) / float(b["total_blocks"]))
+            if "pinned_sessions" in b:
+                pinned.add_metric([w], float(b["pinned_sessions"] or 0))
+            for key, family in residency.items():
+                if key in b:  # the vLLM engine's heartbeat
+                    family.add_metric([w], float(b[key] or 0))
         alive = GaugeMetricFamily("turnstream_processes_alive", "Live processes by kind", labels=["kind"])
         for kind in ("gateway", "decode", "parser", "tools"):
             alive.add_metric([kind], sum(1 for b in m.beats.values() if b.get("kind") == kind))
@@ -163,7 +184,7 @@ class _Scraped:
         relayed.add_metric([], float(getattr(m.relay, "relayed", 0)))
         dropped = CounterMetricFamily("turnstream_relay_dropped_subscribers", "Slow subscribers dropped")
         dropped.add_metric([], float(getattr(m.relay, "dropped", 0)))
-        yield from (tokens, reqs, kv, alive, relayed, dropped)
+        yield from (tokens, reqs, kv, pinned, *residency.values(), alive, relayed, dropped)
 
 
 class Metrics:

@@ -46,4 +46,7 @@ def test_agent_bench_runs_every_side_on_the_same_tokens(tmp_path: Path) -> None:
     assert set(sides) == {"vllm-client", "vllm-client-early", "turnstream-vllm", "turnstream-native",
                           "turnstream-native-host", "turnstream-vllm-chat"}
     assert len({s["2"]["completion_tokens_per_task"] for s in sides.values()}) == 1  # the same work everywhere
+    kept = sides["turnstream-vllm"]["2"]["residency_per_task"]  # scraped from its /metrics
+    assert set(kept) == {"pins_lapsed", "admission_waits", "kv_refreshes"} and min(kept.values()) >= 0, kept
+    assert sides["vllm-client"]["2"]["residency_per_task"] == {}  # vLLM's server has none
     assert any(line.startswith("agent: at concurrency 4, task p50 n/a") for line in run.output.splitlines())

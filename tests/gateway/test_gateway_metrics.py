@@ -69,6 +69,22 @@ def test_a_run_whose_first_events_went_by_before_the_watch_is_still_counted() ->
     assert _count(m, "turnstream_completion_tokens_total") == 4
 
 
+def test_a_decoders_residency_is_scraped_from_its_heartbeat() -> None:
+    """The vLLM engine's residency counters and every engine's pinned sessions, per live decoder; a
+    heartbeat without them (the native engine has no residency rule) exports none."""
+    m = Metrics("m")
+    m.beats = {"d1": {"kind": "decode", "worker": "d1", "pinned_sessions": 3, "pins_lapsed": 2,
+                      "admission_waits": 7, "refreshes": 1},
+               "d2": {"kind": "decode", "worker": "d2", "pinned_sessions": 0}}
+    got = {(s.name, s.labels.get("worker")): s.value
+           for fam in text_string_to_metric_families(m.render().decode()) for s in fam.samples}
+    assert got[("turnstream_decoder_pinned_sessions", "d1")] == 3 and got[("turnstream_decoder_pinned_sessions", "d2")] == 0
+    assert got[("turnstream_decoder_pins_lapsed_total", "d1")] == 2
+    assert got[("turnstream_decoder_admission_waits_total", "d1")] == 7
+    assert got[("turnstream_decoder_kv_refreshes_total", "d1")] == 1
+    assert ("turnstream_decoder_pins_lapsed_total", "d2") not in got
+
+
 def test_the_api_label_is_a_fixed_set() -> None:
     assert api_of("/v1/chat/completions") == "chat_completions"
     assert api_of("/v1/messages/count_tokens") == "messages"
