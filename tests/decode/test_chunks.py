@@ -10,8 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from redis.exceptions import ResponseError
+
 from runtime import bus
-from runtime.session import Status
+from runtime.session import Field, Sessions, Status
 from schemas import keys
 from schemas.codec import decode_token
 from workers.decode.chunks import AbortCheck, ChunkWriter
@@ -131,3 +133,42 @@ async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine
     await w.flush(tc)
     await _settled()
     assert aborted == ["s9:0:1"] and check.aborted
+
+
+async def test_a_lead_command_goes_once_just_ahead_of_the_turns_next_chunk(r, monkeypatch) -> None:
+    """A turn's turn.started rides in its first chunk's round trip, ahead of it, as EVAL: even a server
+    that lost its scripts runs it before the chunk."""
+    await r.script_flush()
+    sent: list[list[str]] = []  # the commands of each round trip, in order
+    pipeline = r.pipeline
+
+    def recording(*a, **kw):
+        pipe, names = pipeline(*a, **kw), []
+        send = pipe.execute_command
+        pipe.execute_command = lambda *args, **o: (names.append(args[0]), send(*args, **o))[1]
+        sent.append(names)
+        return pipe
+
+    monkeypatch.setattr(r, "pipeline", recording)
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = _open(w, "ld")
+    call = Sessions(r).publish_call("ld", 0, Field.decoder_seq(0, 1), [(1, b"started")], 100)
+    w.lead(tc, call.with_text)
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    w.add(tc, "b", 1)
+    await w.flush(tc)
+    assert sent == [["EVAL", "XADD"], ["XADD"]]  # once, just ahead of the first chunk, in its round trip
+    assert len(await r.xrange(keys.events("ld"))) == 1 and len(await r.xrange(keys.tokens("ld"))) == 2
+
+
+async def test_a_lead_command_that_fails_fails_its_turn(r) -> None:
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    await r.set("not-a-list", "x")
+    tc = _open(w, "lf")
+    w.lead(tc, lambda pipe: pipe.execute_command("LPUSH", "not-a-list", "y"))
+    w.add(tc, "a", 1)
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await w.flush(tc)
+    with pytest.raises(ResponseError):
+        w.add(tc, "b", 1)  # the turn is abandoned (and regenerated as a new attempt)

@@ -21,6 +21,10 @@ Contracts:
   parser skips the repeat (same ``seq``).  Past ``outage_s`` the round's turns fail: their next
   ``add`` or ``flush`` raises, and the turn is abandoned and regenerated as a new attempt.
 * ``flush(turn)`` returns once everything the turn added is written (its ``TokenEnd`` follows).
+* ``lead(turn, build)`` queues one command just ahead of the turn's next chunk, in the same round
+  trip (the turn's ``turn.started``, so that its first token costs one round trip, not two): the
+  command must be idempotent (a failed round is sent again, whole) and must not be able to fail
+  without the chunk behind it (a script goes as EVAL, never EVALSHA); its error fails the turn.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -72,8 +77,8 @@ class AbortCheck:
 class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
-    __slots__ = ("abort", "attempt", "error", "first", "pending", "seq", "session_key", "since", "stream", "text",
-                 "tokens", "turn", "waiters")
+    __slots__ = ("abort", "attempt", "error", "first", "head", "pending", "seq", "session_key", "since", "stream",
+                 "text", "tokens", "turn", "waiters")
 
     def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None) -> None:
         self.stream, self.session_key, self.turn, self.attempt, self.abort = stream, session_key, turn, attempt, abort
@@ -85,6 +90,7 @@ class TurnChunks:
         self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
         self.error: BaseException | None = None  # a round of this turn failed for good
         self.waiters: list[asyncio.Future] = []  # ``flush`` callers
+        self.head: Callable[[Any], Any] | None = None  # ``lead``: a command sent just ahead of the next chunk
 
     def idle(self) -> bool:
         return not self.tokens and not self.pending
@@ -140,6 +146,10 @@ class ChunkWriter:
             self.urgent = True
         self._schedule()
 
+    def lead(self, tc: TurnChunks, build: Callable[[Any], Any]) -> None:
+        """Send ``build(pipe)`` (one command) in the round that carries ``tc``'s next chunk, just ahead of it."""
+        tc.head = build
+
     async def flush(self, tc: TurnChunks) -> None:
         """Until everything ``tc`` added is written; raises the turn's error."""
         if tc.error is not None:
@@ -184,7 +194,7 @@ class ChunkWriter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _take(self) -> list[tuple[TurnChunks, tuple, bool]]:
+    def _take(self) -> list[tuple[TurnChunks, tuple, bool, Any]]:
         """Every buffered turn's chunk, encoded; the buffers empty."""
         now = time.monotonic()
         self.last_round, self.urgent = asyncio.get_running_loop().time(), False
@@ -194,15 +204,16 @@ class ChunkWriter:
                                      n_tokens=tc.tokens, t_emit=tc.since))
             tc.seq, tc.text, tc.tokens, tc.first, tc.pending = tc.seq + 1, [], 0, False, tc.pending + 1
             batch.append((tc, ("XADD", tc.stream, *self._xadd_opts, data),
-                          tc.abort is not None and tc.abort.due(now)))
+                          tc.abort is not None and tc.abort.due(now), tc.head))
+            tc.head = None
         self.dirty = {}
         return batch
 
-    async def _round(self, batch: list[tuple[TurnChunks, tuple, bool]]) -> None:
+    async def _round(self, batch: list[tuple[TurnChunks, tuple, bool, Any]]) -> None:
         try:
             replies = await bus.through_outage(lambda: self._round_trip(batch), self.outage_s, "decoder chunks")
         except Exception as exc:  # unreachable past the outage: the round's turns fail and are regenerated
-            for tc, _, _ in batch:
+            for tc, *_ in batch:
                 tc.pending -= 1
                 tc.fail(exc)
         else:
@@ -211,9 +222,11 @@ class ChunkWriter:
             self.busy = False
             self._schedule()
 
-    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple, bool]]) -> list[Any]:
+    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple, bool, Any]]) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
-        for tc, xadd, check in batch:
+        for tc, xadd, check, head in batch:
+            if head is not None:
+                head(pipe)
             pipe.execute_command(*xadd)
             if check:
                 pipe.execute_command("HMGET", tc.session_key, "status", "turn")
@@ -224,14 +237,18 @@ class ChunkWriter:
         self.rounds += 1
         return replies
 
-    def _settle(self, batch: list[tuple[TurnChunks, tuple, bool]], replies: list[Any]) -> None:
+    def _settle(self, batch: list[tuple[TurnChunks, tuple, bool, Any]], replies: list[Any]) -> None:
         it = iter(replies)
-        for tc, _, check in batch:
+        for tc, _, check, head in batch:
             tc.pending -= 1
+            led = next(it) if head is not None else None
             written = next(it)
             status = next(it) if check else None
-            if isinstance(written, Exception):  # a server's answer to this turn's XADD (not an outage)
-                tc.fail(written)
+            for reply in (led, written):
+                if isinstance(reply, Exception):  # a server's answer to this turn's command (not an outage)
+                    tc.fail(reply)
+                    break
+            if tc.error is not None:
                 continue
             if check and not isinstance(status, Exception):
                 self._spawn(tc.abort.apply(*status))  # type: ignore[union-attr]

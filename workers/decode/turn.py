@@ -1,8 +1,9 @@
 """One turn attempt on this decoder: the stored conversation in, token-log entries out.
 
     ParseTurn job + route ──> engine.generate(req) ──> deltas ──> ChunkWriter ──> TokenChunk ... ──> TokenEnd
-                                     │                   (no await per token: the decoder's one writer sends
-                                     └─ TurnStarted       every turn's chunks of a step in one round trip)
+                                                         (no await per token: the decoder's one writer sends
+                                                          every turn's chunks of a step in one round trip;
+                                                          a turn's TurnStarted goes just ahead of its first chunk)
 
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
 continuation is sent) and never builds or parses messages itself.  The writer checks, at most
@@ -121,7 +122,7 @@ class TurnRun:
         async for delta in gen:
             delta = self._take(delta)
             if not self.started:
-                await self._turn_started()
+                self._turn_started(chunks)
             add(chunks, delta.text, delta.n_tokens)
             if delta.finished:
                 return
@@ -134,12 +135,17 @@ class TurnRun:
         self.parts.append(delta.text)
         return delta
 
-    async def _turn_started(self) -> None:
+    def _turn_started(self, chunks: TurnChunks) -> None:
+        """``turn.started`` goes in the round trip of the turn's first chunk, just ahead of it: the parser
+        meets the chunk only after the event is out, and the first token costs one round trip."""
         self.started = True
         last = self.last
-        await self._event(1, TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
-                                         host_cached_tokens=last.host_cached_tokens,
-                                         worker=self.ctx.me, continuation=self.continuation))
+        body = TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
+                           host_cached_tokens=last.host_cached_tokens, worker=self.ctx.me,
+                           continuation=self.continuation)
+        call = self.ctx.sessions.publish_call(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
+                                              [(1, self._event_bytes(1, body))], bus.EVENT_STREAM_MAXLEN)
+        self.ctx.chunks.lead(chunks, call.with_text)
 
     async def _through(self, call: Any) -> Any:
         """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
@@ -152,9 +158,11 @@ class TurnRun:
         with contextlib.suppress(Exception):
             await self.ctx.engine.abort(self.req.rid)
 
+    def _event_bytes(self, seq: int, body: Any) -> bytes:
+        return encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
+                            body=body))
+
     async def _event(self, seq: int, body: Any) -> None:
-        ev = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
-                   body=body)
-        data = encode(ev)
+        data = self._event_bytes(seq, body)
         await self._through(lambda: self.ctx.sessions.publish_once(
             self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))
