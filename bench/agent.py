@@ -51,6 +51,7 @@ from bench.agent_tools import STAMPS_ENV, TRACE_ENV, clear_stamps, read_stamps, 
 from bench.agent_trace import Shape, Trace, build_trace
 from bench.common import DEFAULT_OUT, VLLM_VENV, progress, verdict, vllm_python, wait_quiet, write_results
 from bench.servers import Server, make_server
+from gateway import metrics
 from runtime.model_source import local_dir
 
 # side -> (server kind, loop, early dispatch)
@@ -190,7 +191,7 @@ async def run_level(side: str, server: Server, trace: Trace, level: int, n: int,
     return {"runs": runs, "wall_s": wall, "cpu_s": cpu, "residency": kept}
 
 
-RESIDENCY = ("turnstream_decoder_pins_lapsed", "turnstream_decoder_admission_waits", "turnstream_decoder_kv_refreshes")
+RESIDENCY = {f"turnstream_decoder_{name}" for _, name, _ in metrics.RESIDENCY}  # the series gateway.metrics exports
 
 
 async def residency(http: httpx.AsyncClient, url: str) -> dict[str, float]:

@@ -339,7 +339,10 @@ class Sessions:
                            maxlen: int) -> int:
         """XADD turn ``turn``'s events (seq, bytes) whose seq is beyond ``cursor``'s mark; returns the
         new mark, or -1 when the turn's ``session.ended`` is already out (nothing is published)."""
-        call = self.publish_call(sid, turn, cursor, items, maxlen)
+        return await self.publish(self.publish_call(sid, turn, cursor, items, maxlen))
+
+    async def publish(self, call: bus.ScriptCall) -> int:
+        """Run a ``publish_call`` on its own (through the batcher when there is one); returns the new mark."""
         if self.batcher is None:
             return int(await self._publish(keys=call.keys, args=call.args))
         return int(await self.batcher.call(call))

@@ -244,11 +244,9 @@ class ChunkWriter:
             led = next(it) if head is not None else None
             written = next(it)
             status = next(it) if check else None
-            for reply in (led, written):
-                if isinstance(reply, Exception):  # a server's answer to this turn's command (not an outage)
-                    tc.fail(reply)
-                    break
-            if tc.error is not None:
+            failed = next((x for x in (led, written) if isinstance(x, Exception)), None)
+            if failed is not None:  # a server's answer to this turn's commands (not an outage)
+                tc.fail(failed)
                 continue
             if check and not isinstance(status, Exception):
                 self._spawn(tc.abort.apply(*status))  # type: ignore[union-attr]

@@ -143,9 +143,7 @@ class TurnRun:
         body = TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
                            host_cached_tokens=last.host_cached_tokens, worker=self.ctx.me,
                            continuation=self.continuation)
-        call = self.ctx.sessions.publish_call(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
-                                              [(1, self._event_bytes(1, body))], bus.EVENT_STREAM_MAXLEN)
-        self.ctx.chunks.lead(chunks, call.with_text)
+        self.ctx.chunks.lead(chunks, self._event_call(1, body).with_text)
 
     async def _through(self, call: Any) -> Any:
         """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
@@ -158,11 +156,13 @@ class TurnRun:
         with contextlib.suppress(Exception):
             await self.ctx.engine.abort(self.req.rid)
 
-    def _event_bytes(self, seq: int, body: Any) -> bytes:
-        return encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
+    def _event_call(self, seq: int, body: Any) -> bus.ScriptCall:
+        """The once-script run that publishes this attempt's event ``seq`` (a repeat publishes nothing)."""
+        data = encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="decoder", ts=time.time(),
                             body=body))
+        return self.ctx.sessions.publish_call(self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt),
+                                              [(seq, data)], bus.EVENT_STREAM_MAXLEN)
 
     async def _event(self, seq: int, body: Any) -> None:
-        data = self._event_bytes(seq, body)
-        await self._through(lambda: self.ctx.sessions.publish_once(
-            self.sid, self.turn, Field.decoder_seq(self.turn, self.attempt), [(seq, data)], bus.EVENT_STREAM_MAXLEN))
+        call = self._event_call(seq, body)
+        await self._through(lambda: self.ctx.sessions.publish(call))
