@@ -253,7 +253,11 @@ class Relay:
                            session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
         if new:
-            await self._read.wake()
+            try:
+                await self._read.wake()
+            except BaseException:  # cancelled: nobody will unsubscribe what the caller never got
+                self.unsubscribe(sub)
+                raise
         return sub
 
     async def _watch(self, sid: str) -> tuple[_Watch, bool]:

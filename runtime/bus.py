@@ -352,7 +352,14 @@ class WakeableRead:
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
         pipe.expire(self.wake_key, 86_400)
-        await pipe.execute()
+        try:
+            await pipe.execute()
+        except REDIS_DOWN as exc:
+            # Not the caller's failure: the read fails with the server too and the next one is built
+            # from the current streams (or, its own connection alive, returns within ``block_ms``).
+            # The next wake is sent again.
+            self._waking = False
+            log.info("wake of %s not sent (%s): the next read takes the new streams", self.wake_key, exc)
 
     async def close(self) -> None:
         if self._tracked is not None:

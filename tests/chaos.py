@@ -101,6 +101,22 @@ class Client:
         await self.create()
         await self.follow()
 
+    def where(self) -> str:
+        """Where this session got to (for a failure message): its last events."""
+        last = [(e["turn"], e["attempt"], e["src"], e["body"]["type"]) for e in self.events[-4:]]
+        return f"session {self.index} ({self.sid or 'not created'}): {len(self.events)} events, last {last}"
+
+
+async def finish_all(clients: list[Client], timeout_s: float) -> None:
+    """Every client's session ends within ``timeout_s``, or the failure names where each one stopped."""
+    tasks = [asyncio.create_task(c.run()) for c in clients]
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert not pending, f"{len(pending)} sessions did not end in {timeout_s:.0f} s:\n" + "\n".join(
+        c.where() for c in clients)
+
 
 async def killer(stack: Any, stop: asyncio.Event, rng: random.Random, interval: tuple[float, float],
                  kinds: tuple[str, ...], log: list[tuple[float, str]]) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from tests.chaos import TOOLS_TOML, Client, check
+from tests.chaos import TOOLS_TOML, Client, check, finish_all
 from tests.conftest import make_stack
 from turnstream.embedded import EmbeddedRedis
 
@@ -19,10 +19,10 @@ async def test_sessions_survive_a_redis_restart(tmp_path) -> None:
     try:
         workdir = Path(tempfile.mkdtemp(prefix="turnstream-restart-"))
         clients = [Client(stack.url, i, workdir / f"effects-{i}.txt") for i in range(4)]
-        tasks = [asyncio.create_task(c.run()) for c in clients]
+        finished = asyncio.create_task(finish_all(clients, 120))
         await asyncio.sleep(2.5)  # sessions are mid-turn
         await asyncio.to_thread(server.restart)
-        await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        await finished
         problems = await check(clients)
         assert problems == [], "\n".join(problems)
         assert all(p.poll() is None for p in stack.all()), "a process died with the server"

@@ -175,3 +175,23 @@ async def test_a_failed_turns_ordered_step_does_not_release_its_retry(r, reader:
     assert retry.taken == [b"call", b"x1"] and await r.lrange("out:s:a", 0, -1) == [b"x1"]
     await _add(r, "s:a", b"end")
     await asyncio.wait_for(run_retry, 5)
+
+
+async def test_a_turn_that_fails_to_start_leaves_and_the_next_turn_of_its_log_runs(r, reader: TokenReader) -> None:
+    """A parse that fails while it registers (here its wake is cancelled) leaves the log: the job's retry,
+    or the session's next turn, reads it (it used to wait forever behind the turn that never started)."""
+    real_wake = reader._read.wake
+
+    async def cancelled_wake() -> None:
+        raise asyncio.CancelledError
+
+    reader._read.wake = cancelled_wake  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await reader.parse(Turn("s:a"))
+    assert "s:a" not in reader.active
+    reader._read.wake = real_wake  # type: ignore[method-assign]
+    retry = Turn("s:a")
+    run = asyncio.create_task(reader.parse(retry))
+    await _add(r, "s:a", b"x1", b"end")
+    await asyncio.wait_for(run, 5)
+    assert retry.taken == [b"x1", b"end"]

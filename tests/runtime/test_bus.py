@@ -157,3 +157,20 @@ async def test_a_failed_read_of_one_group_keeps_what_another_group_took(r) -> No
     reader._read = lambda streams: read(["s:b"])  # type: ignore[method-assign]
     with pytest.raises(ConnectionError):  # with nothing taken, the error is the caller's to retry
         await reader.read()
+
+
+async def test_a_wake_that_cannot_be_sent_does_not_fail_its_caller_and_is_sent_next_time(r, redis_url) -> None:
+    """With the server away the blocked read fails too and is re-issued with the current streams: a
+    wake that cannot be sent is not its caller's failure (a parse job or a subscription starting)."""
+    from turnstream.embedded import EmbeddedRedis
+
+    down = EmbeddedRedis().start()
+    unreachable = bus.connect(down.url)
+    down.stop()
+    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100)
+    await shared.wake()  # does not raise
+    shared.r = r  # the server is back (here: another one)
+    await shared.wake()  # sent: the failed one did not leave it marked in flight
+    assert await r.xlen("s:wake") == 1
+    await unreachable.aclose()
+    down.cleanup()

@@ -55,12 +55,12 @@ class TokenReader:
 
     async def parse(self, turn: TurnParse) -> None:
         """Parse ``turn`` until it is over; raises what failed it."""
-        if turn.stream in self.active:
-            self.waiting.setdefault(turn.stream, []).append(turn)
-        else:
-            self.active[turn.stream] = turn
-            await self._read.wake()
-        try:
+        try:  # from the moment it is registered: a turn that fails to start must leave too
+            if turn.stream in self.active:
+                self.waiting.setdefault(turn.stream, []).append(turn)
+            else:
+                self.active[turn.stream] = turn
+                await self._read.wake()
             await turn.done
         finally:
             self._leave(turn)
