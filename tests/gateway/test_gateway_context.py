@@ -118,3 +118,26 @@ def test_a_conversation_the_models_template_cannot_render_is_a_400(gw: GwStack, 
         err = resp.json()["error"]
         assert (err["code"], err["param"]) == ("invalid_prompt", "messages") and "template" in err["message"], err
     assert queued(gw) == before
+
+
+async def test_a_short_prompt_is_measured_on_the_loop_a_long_one_or_the_first_in_a_thread(monkeypatch) -> None:
+    """The same count either way; only a long prompt, or the first (it loads the tokenizer), pays a thread."""
+    import gateway.context as context
+    from runtime.config import DEFAULT_MODEL_DIR
+
+    threaded: list[int] = []
+    real = asyncio.to_thread
+
+    async def counted(fn, *args):
+        threaded.append(context.prompt_chars(args[0], args[1], args[2]))
+        return await real(fn, *args)
+
+    monkeypatch.setattr(context.asyncio, "to_thread", counted)
+    check = context.ContextCheck(None, str(DEFAULT_MODEL_DIR))  # type: ignore[arg-type]
+    long = [{"role": "user", "content": "weather " * 1000}]
+    first = await check.count(USER, [])
+    assert len(threaded) == 1  # the first loads the tokenizer
+    assert await check.count(USER, []) == first and len(threaded) == 1  # on the loop
+    n_long = await check.count(long, [])
+    assert len(threaded) == 2 and threaded[-1] > context.INLINE_CHARS
+    assert n_long == check.meter.count(long, []) and n_long > first
