@@ -30,7 +30,13 @@ import redis.asyncio as aioredis
 
 from gateway.errors import ApiError
 from runtime import bus
-from runtime.chat_template import ChatTokenizer, ModelFilesError, PromptError
+from runtime.chat_template import (
+    SHORT_PROMPT_CHARS,
+    ChatTokenizer,
+    ModelFilesError,
+    PromptError,
+    prompt_chars,
+)
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -133,24 +139,11 @@ class ContextCheck:
         the template rejects the conversation).  A short prompt is measured right here: that takes less
         than handing it to a thread (~0.2 µs a character); a long one, or the first, which loads the
         tokenizer, off the event loop, one at a time."""
-        if self.meter.loaded and not self._meter_lock.locked() and prompt_chars(messages, tools, prefill) <= INLINE_CHARS:
+        short = prompt_chars(messages, tools, prefill) <= SHORT_PROMPT_CHARS
+        if short and self.meter.loaded and not self._meter_lock.locked():
             return self.meter.count(messages, tools, prefill)  # no await: no thread can start meanwhile
         async with self._meter_lock:
             return await asyncio.to_thread(self.meter.count, messages, tools, prefill)
-
-
-INLINE_CHARS = 4096  # a prompt this long is measured in ~1 ms
-
-
-def prompt_chars(messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "") -> int:
-    """About how many characters a prompt renders from (its parts' text; the template's own are few)."""
-    n = len(prefill) + (len(json.dumps(tools)) if tools else 0)
-    for m in messages:
-        content = m.get("content")
-        n += len(content) if isinstance(content, str) else len(json.dumps(content)) if content else 0
-        if m.get("tool_calls"):
-            n += len(json.dumps(m["tool_calls"]))
-    return n
 
 
 def tokenizer_unavailable(route: str) -> ApiError:

@@ -139,5 +139,5 @@ async def test_a_short_prompt_is_measured_on_the_loop_a_long_one_or_the_first_in
     assert len(threaded) == 1  # the first loads the tokenizer
     assert await check.count(USER, []) == first and len(threaded) == 1  # on the loop
     n_long = await check.count(long, [])
-    assert len(threaded) == 2 and threaded[-1] > context.INLINE_CHARS
+    assert len(threaded) == 2 and threaded[-1] > context.SHORT_PROMPT_CHARS
     assert n_long == check.meter.count(long, []) and n_long > first

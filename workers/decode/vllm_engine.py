@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.chat_template import SHORT_PROMPT_CHARS, prompt_chars
 from runtime.config import ConfigError
 from workers.decode.constraints.lark import to_lark
 from workers.decode.constraints.pieces import added_tokens
@@ -166,7 +167,10 @@ class VllmEngine:
         admitted = False
         try:
             idle = self.gate.rule.idle(time.monotonic()) if req.session not in self.gate.rule.sessions else []
-            ids, reused, predecessor = await asyncio.to_thread(self._prompt_ids, req, idle)
+            if prompt_chars(req.messages, req.tools, req.params.prefill) <= SHORT_PROMPT_CHARS:
+                ids, reused, predecessor = self._prompt_ids(req, idle)  # quicker than a thread hop
+            else:
+                ids, reused, predecessor = await asyncio.to_thread(self._prompt_ids, req, idle)
             if predecessor is not None:
                 self.gate.rule.inherit(req.session, predecessor, time.monotonic())
             sampling = _sampling(req.params, self._grammar(req))
