@@ -240,15 +240,17 @@ class Relay:
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(self, sid: str, after: StreamId, stop_turn: int = 0,
-                        session_over: bool = False) -> Subscription:
+                        session_over: bool = False, fresh: bool = False) -> Subscription:
         """A subscription to ``sid``'s events after ``after`` (see the module doc for the hand-over).
 
         ``session_over``: the session had ended when the client asked (its history is read to
-        the stream's end, past the reader's cursor, and the subscription stops there)."""
+        the stream's end, past the reader's cursor, and the subscription stops there).  ``fresh``:
+        the caller wrote the session just now and has not started it, so it has no events yet: a
+        watch it begins starts at the stream's beginning, with no round trip to find its end."""
         if self.draining:
             raise RelayUnavailable("the gateway is shutting down")
         end = parse_id(await bus.last_id(self.r, keys.events(sid))) if session_over else (0, 0)
-        watch, new = await self._watch(sid)
+        watch, new = self._begin_fresh(sid) if fresh and sid not in self._watches else await self._watch(sid)
         sub = Subscription(self, sid, after, max(watch.cursor, end), stop_turn,  # type: ignore[type-var]
                            session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
@@ -272,6 +274,12 @@ class Relay:
             if watch.cursor is not None:
                 return watch, False
             # the subscriber that began it was cancelled before it was ready: begin again
+
+    def _begin_fresh(self, sid: str) -> tuple[_Watch, bool]:
+        """A new watch of a session with no events yet: its cursor is the stream's beginning."""
+        watch = self._watches[sid] = _Watch(cursor=(0, 0))
+        watch.ready.set()
+        return watch, True
 
     async def _begin(self, sid: str, watch: _Watch) -> None:
         try:

@@ -81,7 +81,7 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
     sid = await create_session(state, who, plan.messages, plan.tools,
                                client_tools=[t["function"]["name"] for t in plan.tools], params=plan.params,
                                max_tokens_sent=max_tokens_sent, meta=plan.meta)
-    sub = await _subscribe(state, sid)
+    sub = await state.relay.subscribe(sid, (0, 0), stop_turn=0, fresh=True)  # not started: no events yet
     try:
         await state.ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch

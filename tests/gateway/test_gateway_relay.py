@@ -157,3 +157,24 @@ async def test_a_parser_event_the_log_holds_twice_or_after_its_turn_ended_is_not
         async for frame in (await relay.subscribe(sid, parse_id(ids[2]))).frames():
             resumed.append(frame.event.body.text if frame.kind == "content.delta" else frame.kind)
     assert resumed == ["x", "session.ended"]
+
+
+async def test_a_fresh_session_is_watched_from_its_beginning_without_reading_its_stream(relay: Relay,
+                                                                                      monkeypatch) -> None:
+    """``fresh``: a session written just now, not started: no round trip for the stream's end, every event
+    once; a second subscriber joining the watch meanwhile gets them all too."""
+    reads: list[str] = []
+    real = bus.last_id
+
+    async def counted(r, stream):
+        reads.append(stream)
+        return await real(r, stream)
+
+    monkeypatch.setattr(bus, "last_id", counted)
+    first = await relay.subscribe("fresh", (0, 0), fresh=True)
+    second = await relay.subscribe("fresh", (0, 0), fresh=True)  # joins the watch the first began
+    assert reads == []
+    got = asyncio.gather(consume(first), consume(second))
+    ids = await produce(relay, "fresh", 20)
+    assert await asyncio.wait_for(got, 5) == [ids, ids]
+    assert relay.watched == 0
