@@ -40,7 +40,7 @@ from gateway.sessions.ops import SessionOps
 from gateway.sessions.streams import router as streams_router
 from gateway.state import GatewayState, State
 from gateway.validation import served_model
-from runtime import bus
+from runtime import aio, bus
 from runtime.config import Config
 from runtime.heartbeat import Heartbeat, live
 from runtime.tool_catalog import ToolCatalog
@@ -125,6 +125,7 @@ def serve(cfg: Config) -> None:
             state.relay.drain_threadsafe()
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
+    aio.tune_gc(cfg.gc_young)
     server.run()
 
 

@@ -135,6 +135,8 @@ class Config:
                               "| off", "gateway")
     log_level: str = opt("INFO", "DEBUG | INFO | WARNING | ERROR")
     loop: str = opt("uvloop", "every process's event loop: uvloop | asyncio (the standard library's)")
+    gc_young: int = opt(20_000, "allocations between collections of Python's youngest generation, in every "
+                        "process (Python's default, 700, collects every few streamed tokens)")
     log_format: str = opt("text", "text | json (one object per line, with the session id)")
 
     @property
@@ -163,7 +165,7 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
              "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms",
-             "response_ttl_s")
+             "response_ttl_s", "gc_young")
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:

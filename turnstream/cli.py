@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
     if args.cmd == "worker":
-        aio.run(_worker(args.kind, cfg), cfg.loop)
+        aio.run(_worker(args.kind, cfg), cfg.loop, cfg.gc_young)
         return 0
     if args.cmd == "gateway":
         from gateway.app import serve

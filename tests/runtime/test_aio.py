@@ -28,3 +28,20 @@ def test_the_loop_and_websocket_compression_are_checked_choices() -> None:
     with pytest.raises(ConfigError, match="ws_compression"):
         load_config(ws_compression="gzip")
     assert load_config().ws_compression == "off"
+
+
+def test_every_process_collects_its_youngest_generation_as_configured() -> None:
+    import gc
+
+    async def threshold() -> int:
+        return gc.get_threshold()[0]
+
+    before = gc.get_threshold()
+    try:
+        assert aio.run(threshold(), gc_young=load_config().gc_young) == 20_000
+        assert gc.get_threshold()[1:] == before[1:]  # the older generations as they were
+        assert aio.run(threshold(), gc_young=load_config(gc_young=5_000).gc_young) == 5_000
+    finally:
+        gc.set_threshold(*before)
+    with pytest.raises(ConfigError, match="gc_young"):
+        load_config(gc_young=0)
