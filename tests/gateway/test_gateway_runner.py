@@ -19,7 +19,7 @@ class RecordingRelay:
     def __init__(self) -> None:
         self.subs: list[object] = []
 
-    async def subscribe(self, sid: str, after: Any, stop_turn: int = 0) -> object:
+    async def subscribe(self, sid: str, after: Any, stop_turn: int = 0, fresh: bool = False) -> object:
         sub = SimpleNamespace(session=sid)
         self.subs.append(sub)
         return sub
