@@ -52,6 +52,7 @@ EXPECTED = {
     "ibm-granite--granite-3.0-8b-instruct": ("granite", ""),
     "ibm-granite--granite-3.3-2b-instruct": ("granite", "think"),
     "deepseek-ai--DeepSeek-V4-Flash": ("deepseek_v4", "think"),
+    "ai21labs--AI21-Jamba-Mini-1.7": ("jamba", ""),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -68,7 +69,7 @@ WITH_TOOLS_REFUSED = {
 }
 # Families whose real template was not reachable (tests/runtime/model_fixtures/README.md): config.json's
 # model_type / architecture is their evidence, tested below.
-NO_TEMPLATE = {"longcat", "ernie45", "jamba", "step3"}
+NO_TEMPLATE = {"longcat", "ernie45", "step3"}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
