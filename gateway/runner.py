@@ -81,7 +81,7 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
     sid = await create_session(state, who, plan.messages, plan.tools,
                                client_tools=[t["function"]["name"] for t in plan.tools], params=plan.params,
                                max_tokens_sent=max_tokens_sent, meta=plan.meta)
-    sub = await state.relay.subscribe(sid, (0, 0), stop_turn=0, fresh=True)  # not started: no events yet
+    sub = await _subscribe(state, sid, fresh=True)  # not started: no events yet
     try:
         await state.ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
@@ -100,10 +100,10 @@ def failure(exc: Exception) -> ApiError:
     return ApiError(500, f"generation failed: {exc}", type="server_error", code="generation_failed")
 
 
-async def _subscribe(state: Any, sid: str) -> Subscription:
+async def _subscribe(state: Any, sid: str, fresh: bool = False) -> Subscription:
     """The session's events from its first one, to its first end (``stop_turn=0``: a session that
-    runs its own loop ends once)."""
-    return await state.relay.subscribe(sid, (0, 0), stop_turn=0)
+    runs its own loop ends once); ``fresh``: written just now and not started (``Relay.subscribe``)."""
+    return await state.relay.subscribe(sid, (0, 0), stop_turn=0, fresh=fresh)
 
 
 async def cancel_session(state: Any, sid: str) -> None:
