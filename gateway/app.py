@@ -57,11 +57,13 @@ def create_app(cfg: Config) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis, metrics = bus.connect(cfg.redis_url), Metrics(served_model(cfg))
         reader = bus.connect(cfg.redis_url)
+        batcher = bus.Batcher(redis)  # what requests send at once leaves in one round trip
+        context = ContextCheck(redis, cfg.model)
         s = app.state.gateway = GatewayState(
             cfg, keyring, int(time.time()), redis, metrics, ToolCatalog(redis),
-            RateLimiter(redis, cfg.rate_limit_rps, cfg.rate_limit_burst), SessionOps(cfg, redis, metrics),
-            ContextCheck(redis, cfg.model),
-            Relay(redis, reader, queue_size=cfg.relay_queue_size, on_event=metrics.observe))
+            RateLimiter(redis, cfg.rate_limit_rps, cfg.rate_limit_burst),
+            SessionOps(cfg, redis, metrics, batcher=batcher, live=context.limits.live_now), context,
+            Relay(redis, reader, queue_size=cfg.relay_queue_size, on_event=metrics.observe, batcher=batcher))
         await s.relay.start()
         s.heartbeat = Heartbeat(s.redis, "gateway", f"gateway-{s.relay.gateway_id}", cfg.heartbeat_ms,
                                 cfg.heartbeat_ttl_ms, lambda: {"port": cfg.port, "subscribers": s.relay.subscribers})

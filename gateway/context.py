@@ -5,6 +5,7 @@ its engine's ``max_model_len`` -- the most tokens, prompt and completion togethe
 can hold there (none for the ReplayEngine, which computes nothing).  Any live decoder may take a
 new turn, so the gateway uses the smallest limit among them, re-read at most every
 ``LIMIT_TTL_S`` (the live decoders are the fields of ``ts:decode:load``: one HKEYS and one MGET).
+The same read says which decoders are alive, for routing (``SessionOps.route``).
 
 A prompt is measured as the decoders measure it: the served model's own chat template
 (``runtime.chat_template``, loaded once per process, on first use) rendered with the tools and
@@ -44,10 +45,12 @@ LIMIT_TTL_S = 2.0
 
 
 class DecoderLimits:
-    """The smallest ``max_model_len`` among the live decoders (None: none reports one), cached."""
+    """The smallest ``max_model_len`` among the live decoders (None: none reports one), cached; and,
+    read with it, ``live``: the decoders whose heartbeat was there (``live_now``: while fresh)."""
 
     def __init__(self, r: aioredis.Redis) -> None:
         self.r = r
+        self.live: frozenset[str] | None = None
         self._value: int | None = None
         self._read_at = -math.inf
         self._lock = asyncio.Lock()
@@ -59,9 +62,14 @@ class DecoderLimits:
                 self._read_at = time.monotonic()
         return self._value
 
+    def live_now(self) -> frozenset[str] | None:
+        """``live`` if it was read within ``LIMIT_TTL_S``, else None (the caller asks Redis)."""
+        return self.live if time.monotonic() - self._read_at < LIMIT_TTL_S else None
+
     async def _read(self) -> int | None:
         workers = [w.decode() for w in await self.r.hkeys(keys.DECODE_LOAD)]
         beats = await bus.get_each(self.r, [keys.decoder_heartbeat(w) for w in workers])  # keys of many slots
+        self.live = frozenset(w for w, b in zip(workers, beats, strict=True) if b)
         limits = [_limit(b) for b in beats if b]
         return min((n for n in limits if n), default=None)
 

@@ -192,12 +192,13 @@ class Relay:
 
     def __init__(self, r: aioredis.Redis, reader: aioredis.Redis, *, queue_size: int = 1024,
                  block_ms: int = 5000, count: int = 512,
-                 on_event: Callable[[str, Frame], None] | None = None) -> None:
+                 on_event: Callable[[str, Frame], None] | None = None, batcher: bus.Batcher | None = None) -> None:
         self.r = r  # ``reader``: a client used by the reader task only (through ``WakeableRead``)
         self.queue_size = queue_size
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
-        self._read = bus.WakeableRead(reader, r, keys.gateway_wake(self.gateway_id), count, block_ms)
+        self._read = bus.WakeableRead(reader, r, keys.gateway_wake(self.gateway_id), count, block_ms,
+                                      batcher or bus.Batcher(r))
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -246,15 +247,20 @@ class Relay:
         ``session_over``: the session had ended when the client asked (its history is read to
         the stream's end, past the reader's cursor, and the subscription stops there).  ``fresh``:
         the caller wrote the session just now and has not started it, so it has no events yet: a
-        watch it begins starts at the stream's beginning, with no round trip to find its end."""
+        watch it begins starts at the stream's beginning, with no round trip to find its end, and
+        the reader's wake is not waited for -- it leaves in the batcher's next round trip, with the
+        command that starts the session."""
         if self.draining:
             raise RelayUnavailable("the gateway is shutting down")
         end = parse_id(await bus.last_id(self.r, keys.events(sid))) if session_over else (0, 0)
-        watch, new = self._begin_fresh(sid) if fresh and sid not in self._watches else await self._watch(sid)
+        fresh = fresh and sid not in self._watches
+        watch, new = (self._begin_fresh(sid), True) if fresh else await self._watch(sid)
         sub = Subscription(self, sid, after, max(watch.cursor, end), stop_turn,  # type: ignore[type-var]
                            session_over)
         watch.subs.add(sub)  # same step as reading the cursor: the hand-over point
-        if new:
+        if fresh:
+            self._read.wake_nowait()
+        elif new:
             try:
                 await self._read.wake()
             except BaseException:  # cancelled: nobody will unsubscribe what the caller never got
@@ -275,11 +281,11 @@ class Relay:
                 return watch, False
             # the subscriber that began it was cancelled before it was ready: begin again
 
-    def _begin_fresh(self, sid: str) -> tuple[_Watch, bool]:
+    def _begin_fresh(self, sid: str) -> _Watch:
         """A new watch of a session with no events yet: its cursor is the stream's beginning."""
         watch = self._watches[sid] = _Watch(cursor=(0, 0))
         watch.ready.set()
-        return watch, True
+        return watch
 
     async def _begin(self, sid: str, watch: _Watch) -> None:
         try:

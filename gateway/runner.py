@@ -77,13 +77,15 @@ async def create_session(state: Any, who: Principal, messages: list[dict[str, An
 async def open_session(state: Any, who: Principal, plan: Plan, *,
                        max_tokens_sent: bool = True) -> tuple[str, Subscription]:
     """Create a oneshot request's session (``create_session``), subscribe to its events from the
-    start, and queue its turn."""
-    sid = await create_session(state, who, plan.messages, plan.tools,
-                               client_tools=[t["function"]["name"] for t in plan.tools], params=plan.params,
-                               max_tokens_sent=max_tokens_sent, meta=plan.meta)
+    start, and queue its turn: two round trips (the session's writes with the routing lookup, then
+    the relay's wake with the job), shared with whatever other requests send meanwhile."""
+    sid, stream = await asyncio.gather(
+        create_session(state, who, plan.messages, plan.tools, client_tools=[t["function"]["name"] for t in plan.tools],
+                       params=plan.params, max_tokens_sent=max_tokens_sent, meta=plan.meta),
+        state.ops.route(route_key=conversation_key(plan.messages, plan.tools)))
     sub = await _subscribe(state, sid, fresh=True)  # not started: no events yet
     try:
-        await state.ops.start(sid, route_key=conversation_key(plan.messages, plan.tools))
+        await state.ops.queue(sid, stream)
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
         state.relay.unsubscribe(sub)
         raise

@@ -318,9 +318,10 @@ class WakeableRead:
     """
 
     def __init__(self, reader: aioredis.Redis, r: aioredis.Redis, wake_key: str, count: int = 512,
-                 block_ms: int = 5000) -> None:
+                 block_ms: int = 5000, batcher: Batcher | None = None) -> None:
         self.reader, self.r, self.wake_key = reader, r, wake_key  # ``reader``: this loop's own client
         self.count, self.block_ms = count, block_ms
+        self.batcher = batcher  # when given, a wake leaves with the other commands of its round trip
         self._cursor = "0-0"
         self._waking = False
         self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
@@ -343,23 +344,59 @@ class WakeableRead:
 
     async def wake(self) -> None:
         """Make the blocked read return, so that the next one includes the current streams."""
+        if not self._to_send():
+            return
+        try:
+            if self.batcher is not None:
+                await asyncio.gather(*self._submit_wake())
+            else:
+                pipe = self.r.pipeline(transaction=False)
+                for build in self._wake_commands():
+                    build(pipe)
+                await pipe.execute()
+        except REDIS_DOWN as exc:
+            self._not_sent(exc)
+
+    def wake_nowait(self) -> None:
+        """``wake`` without waiting for it: the wake leaves in the batcher's next round trip, with
+        whatever the caller submits next (``batcher`` required on one server)."""
+        if self._to_send():
+            for fut in self._submit_wake():
+                fut.add_done_callback(self._sent)
+
+    def _to_send(self) -> bool:
+        """Whether a wake must be sent now: not on a cluster (the tracked wait ends here, at once), not
+        while one is in flight (the read it wakes takes every stream watched by then)."""
         if self._tracked is not None:
             self._tracked.wake()
-            return
+            return False
         if self._waking:
-            return
+            return False
         self._waking = True
-        pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
-        pipe.expire(self.wake_key, 86_400)
-        try:
-            await pipe.execute()
-        except REDIS_DOWN as exc:
-            # Not the caller's failure: the read fails with the server too and the next one is built
-            # from the current streams (or, its own connection alive, returns within ``block_ms``).
-            # The next wake is sent again.
-            self._waking = False
-            log.info("wake of %s not sent (%s): the next read takes the new streams", self.wake_key, exc)
+        return True
+
+    def _wake_commands(self) -> tuple[Callable[[Any], Any], ...]:
+        return (lambda p: p.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True),
+                lambda p: p.expire(self.wake_key, 86_400))
+
+    def _submit_wake(self) -> list[asyncio.Future]:
+        if self.batcher is None:
+            raise RuntimeError("wake_nowait needs a batcher")
+        return [self.batcher.submit(build) for build in self._wake_commands()]
+
+    def _sent(self, fut: asyncio.Future) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if isinstance(exc, REDIS_DOWN):
+            self._not_sent(exc)
+        elif exc is not None:
+            log.warning("wake of %s failed: %r", self.wake_key, exc)
+
+    def _not_sent(self, exc: BaseException) -> None:
+        # Not the caller's failure: the read fails with the server too and the next one is built
+        # from the current streams (or, its own connection alive, returns within ``block_ms``).
+        # The next wake is sent again.
+        self._waking = False
+        log.info("wake of %s not sent (%s): the next read takes the new streams", self.wake_key, exc)
 
     async def close(self) -> None:
         if self._tracked is not None:

@@ -23,6 +23,7 @@ decoder's private stream is adopted by the others as for continuations.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -69,18 +70,28 @@ async def forget_dead(r: aioredis.Redis) -> None:
         await r.hdel(keys.DECODE_LOAD, *dead)
 
 
-async def job_stream(r: aioredis.Redis, cfg: Config, *, key: str | None = None, owner: str | None = None) -> str:
+async def job_stream(r: aioredis.Redis, cfg: Config, *, key: str | None = None, owner: str | None = None,
+                     batcher: Any = None, live: frozenset[str] | None = None) -> str:
     """The stream a new turn goes to: ``owner``'s (or ``key``'s decoder's) private one when it may
-    take it, else the shared queue."""
+    take it, else the shared queue.  ``batcher`` (a ``runtime.bus.Batcher``): the lookup leaves with
+    the other commands of its round trip.  ``live``: the decoders known to be alive (their heartbeats,
+    read recently by the caller), which saves the round trip that checks the holder's heartbeat."""
     if cfg.kv_routing != "prefix" or (owner is None and key is None):
         return keys.DECODE_JOBS
-    pipe = r.pipeline(transaction=False)
+    reads: list[Any] = [lambda p: p.hgetall(keys.DECODE_LOAD)]
     if owner is None:
-        pipe.get(keys.decoder_route(key))
-    pipe.hgetall(keys.DECODE_LOAD)
-    *found, load = await pipe.execute()
+        reads.append(lambda p: p.get(keys.decoder_route(key)))
+    if batcher is not None:
+        load, *found = await asyncio.gather(*(batcher.submit(build) for build in reads))
+    else:
+        pipe = r.pipeline(transaction=False)
+        for build in reads:
+            build(pipe)
+        load, *found = await pipe.execute()
     owner = owner or (found[0].decode() if found and found[0] else None)
-    if not owner or not await r.exists(keys.decoder_heartbeat(owner)):
+    if not owner:
+        return keys.DECODE_JOBS
+    if not (owner in live if live is not None else await r.exists(keys.decoder_heartbeat(owner))):
         return keys.DECODE_JOBS
     turns = {k.decode(): int(v) for k, v in load.items()}
     if turns.get(owner, 0) > min(turns.values(), default=0) + cfg.route_max_imbalance:

@@ -26,6 +26,7 @@ keys with the same ``{sid}`` hash tag (one cluster slot).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import time
@@ -213,7 +214,8 @@ class Sessions:
     """Typed access to session records; all methods are single round trips or one script."""
 
     def __init__(self, r: aioredis.Redis, batcher: Any = None) -> None:
-        """``batcher`` (a ``runtime.bus.Batcher``), when given, carries the hot-path event publishes."""
+        """``batcher`` (a ``runtime.bus.Batcher``), when given, carries the hot-path event publishes and
+        a new session's writes (with whatever else its caller sends in the same round trip)."""
         self.r = r
         self.batcher = batcher
         self._claim = r.register_script(_CLAIM)
@@ -236,8 +238,13 @@ class Sessions:
         for name, value in record.items():
             args += [name, value]
         args += [json.dumps(m) for m in messages]
-        await self._create(keys=[keys.session(sid), keys.messages(sid)], args=args)  # the session's own slot
-        await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
+        ks = [keys.session(sid), keys.messages(sid)]  # the session's own slot
+        if self.batcher is None:
+            await self._create(keys=ks, args=args)
+            await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
+            return
+        await asyncio.gather(self.batcher.submit(bus.ScriptCall(self._create, ks, args)),  # one round trip
+                             self.batcher.submit(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})))
 
     async def get(self, sid: str) -> SessionInfo | None:
         h = await self.r.hmget(keys.session(sid), *_RECORD)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -58,9 +59,13 @@ _ARRIVAL = {Arrival.DUPLICATE: "duplicate", Arrival.RECORDED: "recorded", Arriva
 
 
 class SessionOps:
-    def __init__(self, cfg: Config, r: aioredis.Redis, metrics: Metrics) -> None:
-        self.cfg, self.r, self.metrics = cfg, r, metrics
-        self.turns = Turns(r, cfg.session_ttl_s)
+    def __init__(self, cfg: Config, r: aioredis.Redis, metrics: Metrics, *, batcher: bus.Batcher | None = None,
+                 live: Callable[[], frozenset[str] | None] = lambda: None) -> None:
+        """``batcher``: the gateway's, so that what many requests send at once leaves in one round trip;
+        ``live``: the decoders known to be alive just now, when known (``gateway.context.DecoderLimits``)."""
+        self.cfg, self.r, self.metrics, self.live = cfg, r, metrics, live
+        self.batcher = batcher or bus.Batcher(r)
+        self.turns = Turns(r, cfg.session_ttl_s, self.batcher)
         self.sessions = self.turns.sessions
         self._continue = r.register_script(_CONTINUE)
 
@@ -83,9 +88,18 @@ class SessionOps:
     async def start(self, sid: str, turn: int = 0, *, route_key: str | None = None, owner: str | None = None) -> None:
         """Queue the generation of turn ``turn``: on the decoder holding its prefix (``owner``, or the
         one that ran conversations opening like ``route_key``) when it can take it, else on any."""
+        await self.queue(sid, await self.route(route_key=route_key, owner=owner), turn)
+
+    async def route(self, *, route_key: str | None = None, owner: str | None = None) -> str:
+        """The job stream a turn of this conversation goes to (``runtime.routing.job_stream``)."""
+        return await routing.job_stream(self.r, self.cfg, key=route_key, owner=owner, batcher=self.batcher,
+                                        live=self.live())
+
+    async def queue(self, sid: str, stream: str, turn: int = 0) -> None:
+        """Queue the generation of turn ``turn`` on ``stream`` (``route``'s answer)."""
         self.metrics.accepted(sid)
-        stream = await routing.job_stream(self.r, self.cfg, key=route_key, owner=owner)
-        await bus.add(self.r, stream, encode(StartTurn(sid=sid, turn=turn)))
+        await self.batcher.call(lambda p: p.xadd(stream, {bus.FIELD: encode(StartTurn(sid=sid, turn=turn))},
+                                                 maxlen=bus.JOB_STREAM_MAXLEN, approximate=True))
         log.info("sid=%s turn=%d queued on %s", sid, turn, stream)
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:

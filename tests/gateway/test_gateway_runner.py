@@ -1,5 +1,6 @@
 """gateway.runner: a session whose start fails leaves no watch in the relay; a stream that ends
-before its session (the relay dropped it) cancels the session."""
+before its session (the relay dropped it) cancels the session; a oneshot request opens in two
+round trips."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from gateway_harness import event_bytes
 from standins import CancelRecordingOps, DroppedSubscription
 
+from gateway.auth import Principal
+from gateway.metrics import Metrics
+from gateway.relay import Relay
 from gateway.runner import Run, failure, open_session
+from gateway.sessions.ops import SessionOps
+from runtime import bus
+from runtime.config import load_config
+from schemas import keys
+from schemas.codec import decode_job
+from schemas.events import SessionEnded
 
 
 class RecordingRelay:
@@ -40,7 +51,10 @@ class Ops:
     async def create(self, who: Any, messages: Any, **kw: Any) -> str:
         return "s1"
 
-    async def start(self, sid: str, route_key: str) -> None:
+    async def route(self, route_key: str) -> str:
+        return "jobs"
+
+    async def queue(self, sid: str, stream: str) -> None:
         if self.start_error is not None:
             raise self.start_error
 
@@ -145,3 +159,42 @@ async def test_events_already_queued_go_out_in_one_write_and_a_lone_event_at_onc
     run = Run(SimpleNamespace(ops=CancelRecordingOps(), relay=relay), sub, "s1", Streaming(7))
     out = [chunk async for chunk in run.stream(str.encode, lambda exc: b"failed")]
     assert out == [b"head ", b"e1 ", b"e2 e3 e4 ", b"e5 ", b"e6 e7 tail"]  # the head before any event
+
+
+async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> None:
+    """On a real server: the session's writes leave with the routing lookup, the relay's wake with the
+    job; the session is written, its job queued, and its events reach the subscription."""
+    r, reader = bus.connect(redis_url), bus.connect(redis_url)
+    batcher = bus.Batcher(r)
+    trips: list[list[str]] = []
+    real = batcher._round_trip
+
+    async def counted(builds, retry=True):
+        pipe = r.pipeline(transaction=False)
+        for build in builds:
+            build(pipe)
+        trips.append([str(c[0][0]).split()[0] for c in pipe.command_stack])  # each command's name
+        return await real(builds, retry)
+
+    batcher._round_trip = counted  # type: ignore[method-assign]
+    cfg = load_config(redis_url=redis_url)
+    relay = Relay(r, reader, block_ms=60_000, batcher=batcher)
+    await relay.start()
+    state = SimpleNamespace(context=Context(), relay=relay,
+                            ops=SessionOps(cfg, r, Metrics(), batcher=batcher, live=lambda: frozenset()))
+    try:
+        _, first = await open_session(state, Principal("k1", "k1"), PLAN)  # a server that never saw the
+        relay.unsubscribe(first)  # script loads it, and it runs again: one more round trip, the first time
+        trips.clear()
+        sid, sub = await open_session(state, Principal("k1", "k1"), PLAN)
+        assert trips == [["EVALSHA", "ZADD", "HGETALL", "GET"], ["XADD", "EXPIRE", "XADD"]]
+        assert (await state.ops.sessions.get(sid)).key == "k1"
+        jobs = await r.xrange(keys.DECODE_JOBS)
+        assert [decode_job(f[bus.FIELD]).sid for _, f in jobs][-1] == sid
+        await bus.publish(r, [(keys.events(sid), event_bytes(sid, 0, 1, SessionEnded(reason="stop")))])
+        frames = [f async for f in sub.frames()]
+        assert [f.kind for f in frames] == ["session.ended"]  # the reader was woken (its BLOCK is 60 s)
+    finally:
+        await relay.stop()
+        await r.aclose()
+        await reader.aclose()

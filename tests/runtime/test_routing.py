@@ -7,7 +7,7 @@ import json
 import redis.asyncio as aioredis
 
 from schemas import keys
-from runtime import routing
+from runtime import bus, routing
 from runtime.config import load_config
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -56,5 +56,36 @@ async def test_a_turn_goes_to_the_live_holder_unless_it_is_busier_than_the_rest(
         await turn_started(off, "k2", "d1")
         assert await r.get(keys.decoder_route("k2")) is None
         assert await r.hget(keys.DECODE_LOAD, "d1") == b"3"  # load is kept either way
+    finally:
+        await r.aclose()
+
+
+async def test_the_live_decoders_known_and_a_batcher_save_round_trips(redis_url: str) -> None:
+    """``live`` (heartbeats the caller read recently) answers for the holder's heartbeat: no EXISTS; the
+    lookup through a batcher leaves in one round trip and answers as the plain one does."""
+    r = aioredis.from_url(redis_url)
+    cfg = load_config(redis_url=redis_url, route_max_imbalance=1)
+    batcher = bus.Batcher(r)
+    trips: list[int] = []
+    real = batcher._round_trip
+
+    async def counted(builds, retry=True):
+        trips.append(len(builds))
+        return await real(builds, retry)
+
+    batcher._round_trip = counted  # type: ignore[method-assign]
+    try:
+        await r.set(keys.decoder_route("k"), "d1")
+        await r.hset(keys.DECODE_LOAD, mapping={"d1": 0, "d2": 0})
+        # d1 has no heartbeat, but the caller saw it alive a moment ago: routed there, no EXISTS asked
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d1"})) == \
+            keys.decoder_jobs("d1")
+        assert trips == [2]  # the load and the route, together
+        await r.set(keys.decoder_heartbeat("d1"), "{}")
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d2"})) == keys.DECODE_JOBS
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher) == keys.decoder_jobs("d1")  # asks Redis
+        assert await routing.job_stream(r, cfg, owner="d1", batcher=batcher, live=frozenset({"d1"})) == \
+            keys.decoder_jobs("d1")
+        assert trips[-1] == 1  # an owner given: the load alone
     finally:
         await r.aclose()
