@@ -9,6 +9,8 @@ one session's keys share a slot and no script ever touches two slots.
                                 tools, gateway; a decoder's also says its free KV blocks)
     ts:decode:route:{key}       string + TTL: the decoder that last ran a conversation opening this way
     ts:decode:load              hash: decoder -> turns it is generating now (for routing)
+    ts:decode:workers           sorted set: decoder -> unix time of its last beat (the registry that
+                                adoption reads instead of scanning; a dead one is removed after a grace)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
     ts:parse:wake:{parser}      stream: wakes one parser's shared token reader (a turn joins or rejoins)
     ts:s:{sid}                  hash: the session record
@@ -36,6 +38,7 @@ PREFIX = "ts"
 
 DECODE_JOBS = f"{PREFIX}:decode:jobs"
 DECODE_LOAD = f"{PREFIX}:decode:load"
+DECODERS = f"{PREFIX}:decode:workers"
 DECODE_GROUP = "decode"
 PARSE_JOBS = f"{PREFIX}:parse:jobs"
 PARSE_GROUP = "parse"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import redis
 from redis.asyncio.cluster import RedisCluster
@@ -128,11 +129,21 @@ async def test_many_reader_follows_a_slot_moving_to_another_master(rc, valkey_cl
 
 async def test_housekeeping_adopts_dead_decoders_streams_on_every_master(rc, valkey_cluster) -> None:
     dead = on_each_master(valkey_cluster, lambda i: keys.decoder_jobs(f"gone{i}"))
-    for stream in dead:
+    live = on_each_master(valkey_cluster, lambda i: keys.decoder_heartbeat(f"live{i}"))
+    for stream in dead:  # registered as its last beat left it, long ago
+        await rc.zadd(keys.DECODERS, {stream.rsplit(":", 1)[1]: time.time() - 3600})
         await bus.add(rc, stream, b"job")
+    for heartbeat in live:
+        worker = heartbeat.rsplit(":", 1)[1]
+        await rc.zadd(keys.DECODERS, {worker: time.time()})
+        await rc.set(heartbeat, b"{}", px=60_000)
+        await bus.add(rc, keys.decoder_jobs(worker), b"stays")
     await Housekeeping(load_config(), rc, "me", Turns(rc)).adopt_orphans()
     assert await rc.xlen(keys.DECODE_JOBS) == len(dead)
     assert not any([await rc.exists(s) for s in dead])
+    assert sorted(w.decode() for w in await rc.zrange(keys.DECODERS, 0, -1)) == sorted(
+        h.rsplit(":", 1)[1] for h in live)
+    assert all([await rc.xlen(keys.decoder_jobs(h.rsplit(":", 1)[1])) == 1 for h in live])
 
 
 async def test_session_record_survives_on_its_own_slot(rc) -> None:

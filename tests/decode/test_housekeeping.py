@@ -1,18 +1,115 @@
-"""The decoder's barrier sweep reads every active session at once and acts only where it must:
-an overdue client call gets its error result, a completed turn that was never continued is."""
+"""The decoder's housekeeping.  Adoption finds dead decoders in their registry, never by a scan of
+the keyspace: it moves only theirs, keeps a dead one registered (and adopting) through the grace,
+then forgets it.  The barrier sweep reads every active session at once and acts only where it
+must: an overdue client call gets its error result, a completed turn that was never continued is."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
+
+from runtime import bus
 from runtime.barrier import Arrival
 from runtime.config import load_config
 from runtime.turns import Turns
 from schemas import keys
-from schemas.codec import decode_job
+from schemas.codec import decode_job, encode
 from schemas.events import ContinueTurn
-from runtime import bus
-from workers.decode.housekeeping import Housekeeping
+from turnstream.cli import build_engine
+from workers.decode.housekeeping import Housekeeping, grace_s
+from workers.decode.worker import DecodeWorker
+
+CFG = load_config()
+
+
+@pytest.fixture
+def no_scan(r, monkeypatch):
+    """The client ``r``, on which any SCAN fails the test."""
+    def scanned(*args, **kwargs):
+        raise AssertionError("adoption scanned the keyspace")
+
+    monkeypatch.setattr(r, "scan_iter", scanned)
+    monkeypatch.setattr(r, "scan", scanned)
+    return r
+
+
+async def _decoder(r, worker: str, *, last_beat: float, alive: bool, jobs: int = 1) -> list[bytes]:
+    """A decoder as its beats leave it: registered, a heartbeat while alive, ``jobs`` queued for it."""
+    await r.zadd(keys.DECODERS, {worker: last_beat})
+    if alive:
+        await r.set(keys.decoder_heartbeat(worker), b"{}", px=CFG.heartbeat_ttl_ms)
+    return [await _queue(r, worker, i) for i in range(jobs)]
+
+
+async def _queue(r, worker: str, turn: int) -> bytes:
+    job = encode(ContinueTurn(sid=worker, turn=turn))
+    await bus.add(r, keys.decoder_jobs(worker), job)
+    return job
+
+
+async def _shared(r) -> list[bytes]:
+    return [f[bus.FIELD] for _, f in await r.xrange(keys.DECODE_JOBS)]
+
+
+async def _left(r, worker: str) -> list[bytes]:
+    return [f[bus.FIELD] for _, f in await r.xrange(keys.decoder_jobs(worker))]
+
+
+async def test_a_decoder_registers_with_its_beats_and_its_stream_is_adopted_once_it_stops(redis_url, no_scan) -> None:
+    r = no_scan
+    cfg = load_config(redis_url=redis_url, engine="replay", worker_id="decode-gone")
+    gone = DecodeWorker(cfg, build_engine(cfg), r)
+    await gone.heartbeat.beat()
+    beat = await r.zscore(keys.DECODERS, "decode-gone")
+    assert beat is not None and time.time() - beat < 5
+    job = await _queue(r, "decode-gone", 0)
+    await gone.heartbeat.stop()  # as its run() ends: its member stays for the others
+    await Housekeeping(cfg, r, "decode-me", Turns(r)).adopt_orphans()
+    assert await _shared(r) == [job] and await _left(r, "decode-gone") == []
+    assert await r.zscore(keys.DECODERS, "decode-gone") is not None  # registered through the grace
+
+
+async def test_only_dead_decoders_are_adopted_and_a_late_append_is_adopted_next_pass(no_scan) -> None:
+    r, now = no_scan, time.time()
+    mine = await _decoder(r, "me", last_beat=now, alive=True)
+    live = await _decoder(r, "live", last_beat=now, alive=True)
+    dead = await _decoder(r, "dead", last_beat=now - 5, alive=False, jobs=2)
+    housekeeping = Housekeeping(CFG, r, "me", Turns(r))
+    await housekeeping.adopt_orphans()
+    assert await _shared(r) == dead and await _left(r, "dead") == []
+    assert await _left(r, "me") == mine and await _left(r, "live") == live
+    late = await _queue(r, "dead", 7)  # a gateway that saw its heartbeat just before it lapsed
+    await housekeeping.adopt_orphans()
+    assert await _shared(r) == dead + [late] and await _left(r, "dead") == []
+    assert await r.zcard(keys.DECODERS) == 3
+
+
+async def test_a_dead_decoder_is_forgotten_once_its_last_beat_is_older_than_the_grace(no_scan) -> None:
+    r, now = no_scan, time.time()
+    old = await _decoder(r, "old", last_beat=now - grace_s(CFG) - 1, alive=False)
+    recent = await _decoder(r, "recent", last_beat=now - grace_s(CFG) + 30, alive=False)
+    await Housekeeping(CFG, r, "me", Turns(r)).adopt_orphans()
+    assert sorted(await _shared(r)) == sorted(old + recent)  # the old one's last jobs are adopted first
+    assert [w.decode() for w in await r.zrange(keys.DECODERS, 0, -1)] == ["recent"]
+    assert not await r.exists(keys.decoder_jobs("old"))
+    assert await r.exists(keys.decoder_jobs("recent"))  # emptied, kept for a late append
+
+
+async def test_adoption_costs_a_few_commands_whatever_the_number_of_keys(r) -> None:
+    pipe = r.pipeline(transaction=False)
+    for i in range(3000):  # ended sessions' keys, kept for session_ttl_s
+        pipe.hset(keys.session(f"x{i}"), "status", "ended")
+    await pipe.execute()
+    dead = await _decoder(r, "dead", last_beat=time.time(), alive=False)
+    await _decoder(r, "live", last_beat=time.time(), alive=True)
+    await r.config_resetstat()
+    await Housekeeping(CFG, r, "me", Turns(r)).adopt_orphans()
+    stats = await r.info("commandstats")
+    assert await _shared(r) == dead
+    assert "cmdstat_scan" not in stats
+    assert sum(s["calls"] for s in stats.values()) < 15, stats
 
 
 async def test_the_sweep_answers_overdue_calls_and_continues_unsent_turns_only(r) -> None:

@@ -4,14 +4,16 @@ Reads ``ts:decode:jobs`` (any decoder) and ``ts:decode:w:{me}`` (continuations a
 for the sessions whose KV it holds, and the parser's ``TurnParsed`` notes) through
 ``runtime.consumer.Consumer``.  For a turn job it claims the turn -- a duplicate, or a turn held
 by a live decoder, is dropped or left pending -- and runs it (``workers.decode.turn.TurnRun``).
-A heartbeat (``ts:decode:hb:{me}``, with the engine's load) tells the others it is alive;
-``workers.decode.housekeeping`` adopts dead decoders' work and sweeps stalled turns.
+A heartbeat (``ts:decode:hb:{me}``, with the engine's load) tells the others it is alive, and
+registers it (``ts:decode:workers``) for ``workers.decode.housekeeping``, which adopts dead
+decoders' work and sweeps stalled turns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import redis.asyncio as aioredis
 
@@ -59,7 +61,7 @@ class DecodeWorker:
         log.info("decode worker %s up (engine=%s)", self.me, self.engine.name)
         try:
             await self.consumer.run(stop, also=[self.heartbeat.loop, self._housekeeping_loop])
-        finally:
+        finally:  # our registry member stays: the others adopt what is left on our stream, then expire it
             await self.heartbeat.stop()
             await self.r.hdel(keys.DECODE_LOAD, self.me)
             await self.engine.stop()
@@ -71,6 +73,7 @@ class DecodeWorker:
 
     def _report_load(self, pipe: object) -> None:
         pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
+        pipe.zadd(keys.DECODERS, {self.me: time.time()})  # registered by the very beat that makes us routable
 
     async def _housekeeping_loop(self) -> None:
         while True:
