@@ -56,7 +56,7 @@ class Consumer:
                  delete_acked: Callable[[str], bool] = lambda stream: False) -> None:
         self.name, self.reader, self.handler, self.turns = name, reader, handler, turns
         self.lease_s, self.reclaim_idle_ms, self.delete_acked = lease_s, reclaim_idle_ms, delete_acked
-        self.inflight: dict[str, bus.Entry] = {}
+        self.inflight: dict[tuple[str, str], bus.Entry] = {}  # (stream, id): two streams can give one id
         self._tasks: set[asyncio.Task] = set()
 
     async def run(self, stop: asyncio.Event, also: Iterable[Callable[[], Awaitable[None]]] = ()) -> None:
@@ -102,9 +102,10 @@ class Consumer:
 
     def spawn(self, entry: bus.Entry) -> None:
         """Handle ``entry`` in its own task, unless it is already in flight here."""
-        if entry.id in self.inflight:
+        key = (entry.stream, entry.id)
+        if key in self.inflight:
             return
-        self.inflight[entry.id] = entry
+        self.inflight[key] = entry
         self._start(self._run(entry))
 
     def _start(self, coro) -> None:
@@ -140,4 +141,4 @@ class Consumer:
             if again:
                 self._start(self._retry(entry))
             else:
-                self.inflight.pop(entry.id, None)
+                self.inflight.pop((entry.stream, entry.id), None)

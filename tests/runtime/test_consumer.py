@@ -1,0 +1,49 @@
+"""runtime.consumer on a real server: entries of different streams that carry the same id are
+different entries (a decoder reads the shared queue and its own stream in one read)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runtime import bus
+from runtime.consumer import Consumer, Done
+from runtime.turns import Turns
+
+
+class Recording:
+    def __init__(self, expected: int) -> None:
+        self.seen: list[tuple[str, str, bytes]] = []
+        self.expected = expected
+        self.all_in = asyncio.Event()
+
+    async def handle(self, entry: bus.Entry) -> Done:
+        self.seen.append((entry.stream, entry.id, entry.data))
+        if len(self.seen) == self.expected:
+            self.all_in.set()
+        await asyncio.sleep(0.05)  # both in flight together
+        return Done.ACK
+
+
+async def test_the_same_id_in_two_streams_is_two_entries_both_handled_at_once(r) -> None:
+    """Two streams' ids collide whenever both take an entry in the same millisecond (a burst of new
+    turns on the shared queue while the parser tells the decoder about finished ones): the second
+    entry was taken for one already in flight, left pending, and handled only when reclaimed."""
+    streams = ["s:shared", "s:own"]
+    reader = bus.GroupReader(r, streams, "g", "c", block_ms=100)
+    handler = Recording(expected=2)
+    consumer = Consumer("test", reader, handler, Turns(r), lease_s=5, reclaim_idle_ms=60_000)
+    await reader.setup()
+    for stream in streams:
+        await r.xadd(stream, {bus.FIELD: stream.encode()}, id="1700000000000-0")
+    stop = asyncio.Event()
+    run = asyncio.create_task(consumer.run(stop))
+    try:
+        async with asyncio.timeout(5):  # well before any reclaim (60 s)
+            await handler.all_in.wait()
+            while any([(await r.xpending(s, "g"))["pending"] for s in streams]):  # both acked
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await run
+    assert sorted(handler.seen) == [("s:own", "1700000000000-0", b"s:own"),
+                                    ("s:shared", "1700000000000-0", b"s:shared")]
