@@ -18,6 +18,7 @@ in the next request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -72,10 +73,10 @@ class Turns:
 
     async def fold(self, sid: str, turn: int, info: SessionInfo) -> bool:
         """Append turn ``turn`` to the conversation once; False if it is there or not recorded yet."""
-        message = await self.sessions.turn_message(sid, turn)
+        message, results = await asyncio.gather(self.sessions.turn_message(sid, turn),
+                                                self.barrier.results(sid, turn))  # side by side
         if message is None:
             return False
-        results = await self.barrier.results(sid, turn)
         return await self.sessions.append_turn(sid, turn, turn_messages(message, results, info))
 
     async def complete(self, sid: str, turn: int) -> None:
@@ -111,8 +112,8 @@ class Turns:
         status = Status.CANCELLED if reason == "cancelled" else Status.ENDED
         if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN):
             return False
-        await self.r.zrem(keys.ACTIVE_SESSIONS, sid)
-        await bus.expire_session(self.r, sid, turn + 1, self.ttl_s)
+        await asyncio.gather(self.r.zrem(keys.ACTIVE_SESSIONS, sid),  # a global key: another slot
+                             bus.expire_session(self.r, sid, turn + 1, self.ttl_s))
         return True
 
     async def fail(self, entry: bus.Entry, message: str, code: str = "worker_error") -> None:

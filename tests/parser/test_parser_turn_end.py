@@ -1,18 +1,20 @@
 """A parse stops when its turn ends without a token end: the decode job failed for good, or the
 session was cancelled or expired. Before, the parser tailed the token log forever (one leaked task
-and one lease per such turn)."""
+and one lease per such turn).  A turn that ends its session ends it even when the note to its
+decoder fails."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 from runtime import bus
 from runtime.config import load_config
 from runtime.session import Status
 from schemas import keys
-from schemas.codec import encode
-from schemas.events import ParseTurn, TokenChunk
+from schemas.codec import decode_event, decode_job, encode
+from schemas.events import ParseTurn, TokenChunk, TokenEnd
 from workers.parser.turn_parse import TurnParse
 from workers.parser.worker import ParserWorker
 
@@ -58,3 +60,36 @@ async def test_an_expired_session_stops_its_parse(r, worker) -> None:
     async def expire() -> None:
         await r.delete(keys.session("s"))
     await _parse_until_stopped(worker, expire)
+
+
+async def test_a_turn_that_ends_its_session_finishes_the_end_even_when_the_decoders_note_fails(r, worker,
+                                                                                             monkeypatch) -> None:
+    """The decoder's note (its KV pin) and the session's end leave side by side; a note that meets a redis
+    failure fails the parse job (it is handled again) only after the end completed: the client sees the
+    session end once, and the job's retry tells the decoder."""
+    await bus.add(r, keys.tokens("s"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop",
+                                                       completion_tokens=1, text="Hel")))
+    told: list[str] = []
+    real = TurnParse._tell_decoder
+
+    async def unreachable(self: TurnParse) -> None:
+        told.append("failed")
+        raise aioredis.ConnectionError("redis went away")
+
+    reader = asyncio.create_task(worker.tokens.run())
+    try:
+        monkeypatch.setattr(TurnParse, "_tell_decoder", unreachable)
+        turn = TurnParse(worker.ctx, ParseTurn(sid="s", turn=0, attempt=1, worker="d1"))
+        assert await turn.start()
+        with pytest.raises(aioredis.ConnectionError):
+            await asyncio.wait_for(worker.tokens.parse(turn), 30)
+        assert (await worker.sessions.get("s")).status is Status.ENDED  # the end went through beside it
+        monkeypatch.setattr(TurnParse, "_tell_decoder", real)
+        again = TurnParse(worker.ctx, ParseTurn(sid="s", turn=0, attempt=1, worker="d1"))  # the retry
+        if await again.start():
+            await asyncio.wait_for(worker.tokens.parse(again), 30)
+    finally:
+        reader.cancel()
+    kinds = [type(decode_event(f[bus.FIELD]).body).__name__ for _, f in await r.xrange(keys.events("s"))]
+    assert kinds.count("SessionEnded") == 1 and kinds.count("TurnEnded") == 1, kinds
+    assert told == ["failed"] and [decode_job(f[bus.FIELD]).sid for _, f in await r.xrange(keys.decoder_jobs("d1"))]

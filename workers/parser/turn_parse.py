@@ -246,12 +246,15 @@ class TurnParse:
                                 n_calls=len(self.calls),
                                 stop_sequence=end.stop_sequence if reason == "stop" else None)], last)
         await self._publish(last)
-        await self._tell_decoder()
         log.info("sid=%s turn=%d attempt=%d parsed: %d calls, %s", self.sid, self.turn, self.attempt,
                  len(self.calls), end.finish_reason)
-        if not self.calls or self.info.oneshot:
-            await self.ctx.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info)
+        if not self.calls or self.info.oneshot:  # the session ends: no continuation follows the decoder's note
+            ending = self.ctx.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info)
+            for failed in await asyncio.gather(self._tell_decoder(), ending, return_exceptions=True):
+                if isinstance(failed, BaseException):  # both finished: the job may be handled again
+                    raise failed
             return
+        await self._tell_decoder()  # before the barrier may send the continuation, on the same stream
         if await self.ctx.barrier.turn_end(self.sid, self.turn, self._awaited()) == Arrival.COMPLETED:
             await self.ctx.turns.complete(self.sid, self.turn)
 
