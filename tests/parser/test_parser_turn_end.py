@@ -69,6 +69,7 @@ async def test_a_turn_that_ends_its_session_finishes_the_end_even_when_the_decod
     session end once, and the job's retry tells the decoder."""
     await bus.add(r, keys.tokens("s"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop",
                                                        completion_tokens=1, text="Hel")))
+    await bus.ensure_group(r, keys.decoder_jobs("d1"), keys.DECODE_GROUP)  # d1 is live: its stream exists
     told: list[str] = []
     real = TurnParse._tell_decoder
 
@@ -93,3 +94,19 @@ async def test_a_turn_that_ends_its_session_finishes_the_end_even_when_the_decod
     kinds = [type(decode_event(f[bus.FIELD]).body).__name__ for _, f in await r.xrange(keys.events("s"))]
     assert kinds.count("SessionEnded") == 1 and kinds.count("TurnEnded") == 1, kinds
     assert told == ["failed"] and [decode_job(f[bus.FIELD]).sid for _, f in await r.xrange(keys.decoder_jobs("d1"))]
+
+
+async def test_a_note_to_a_decoder_whose_stream_is_gone_creates_nothing(r, worker) -> None:
+    """A decoder dead past the adoption's grace has no stream; a late note for it must not leave one that
+    nobody would ever adopt or delete."""
+    await bus.add(r, keys.tokens("s"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop",
+                                                       completion_tokens=1, text="Hel")))
+    reader = asyncio.create_task(worker.tokens.run())
+    try:
+        turn = TurnParse(worker.ctx, ParseTurn(sid="s", turn=0, attempt=1, worker="gone"))
+        assert await turn.start()
+        await asyncio.wait_for(worker.tokens.parse(turn), 30)
+    finally:
+        reader.cancel()
+    assert (await worker.sessions.get("s")).status is Status.ENDED
+    assert not await r.exists(keys.decoder_jobs("gone"))

@@ -44,8 +44,8 @@ def grace_s(cfg: Config) -> float:
     loop that lags, a failover its client retries through, typically seconds).  The grace must
     outlast such a stall counted from the heartbeat's expiry, ``heartbeat_ttl_ms`` after the last
     beat, so: a minute, or ten TTLs where heartbeats are slow.  It costs a few reads a pass per
-    recently dead decoder.  A write later than that leaves a stream nobody adopts (a parser's late
-    ``TurnParsed`` note, which no other decoder needs, can be one)."""
+    recently dead decoder.  A write later than that leaves a stream nobody adopts (a parser's note to a
+    decoder, which no other decoder needs, never creates the stream: ``NOMKSTREAM``)."""
     return max(GRACE_S, 10 * cfg.heartbeat_ttl_ms / 1000)
 
 

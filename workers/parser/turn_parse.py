@@ -277,10 +277,13 @@ class TurnParse:
         return msg
 
     async def _tell_decoder(self) -> None:
-        """The decoder that generated the turn pins its KV for these calls, or releases it."""
+        """The decoder that generated the turn pins its KV for these calls, or releases it.  The note
+        never creates the decoder's stream (NOMKSTREAM): a live decoder's exists (its consumer group);
+        one that is gone for good was deleted by the others' adoption, and a note is nobody else's."""
         if self.job.worker:
             parsed = TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[c.name for c in self.calls])
-            await bus.add(self.ctx.r, keys.decoder_jobs(self.job.worker), encode(parsed))
+            await self.ctx.r.xadd(keys.decoder_jobs(self.job.worker), {bus.FIELD: encode(parsed)},
+                                  maxlen=bus.JOB_STREAM_MAXLEN, approximate=True, nomkstream=True)
 
     def _finish_reason(self, end: TokenEnd) -> str:
         if end.finish_reason == "length":
