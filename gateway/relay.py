@@ -197,8 +197,7 @@ class Relay:
         self.queue_size = queue_size
         self.on_event = on_event or (lambda sid, ev: None)
         self.gateway_id = uuid.uuid4().hex[:12]
-        self._read = bus.WakeableRead(reader, r, keys.gateway_wake(self.gateway_id), count, block_ms,
-                                      batcher or bus.Batcher(r))
+        self._read = bus.WakeableRead(reader, r, keys.gateway_wake(self.gateway_id), count, block_ms, batcher)
         self._watches: dict[str, _Watch] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -131,9 +131,15 @@ async def publish(r: aioredis.Redis, items: Iterable[tuple[str, bytes]], maxlen:
     return [_s(i) for i in await pipe.execute()]
 
 
-async def add(r: aioredis.Redis, stream: str, data: bytes, maxlen: int = JOB_STREAM_MAXLEN) -> str:
-    """XADD one entry."""
-    return _s(await r.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True))
+async def add(r: aioredis.Redis, stream: str, data: bytes, maxlen: int = JOB_STREAM_MAXLEN,
+              nomkstream: bool = False) -> str:
+    """XADD one entry (``nomkstream``: only to a stream that exists)."""
+    return _s(await add_to(r, stream, data, maxlen, nomkstream))
+
+
+def add_to(r: Any, stream: str, data: bytes, maxlen: int = JOB_STREAM_MAXLEN, nomkstream: bool = False) -> Any:
+    """``add``'s XADD, on a client (a coroutine) or queued on a pipeline (a ``Batcher``'s build)."""
+    return r.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True, nomkstream=nomkstream)
 
 
 def _entries(reply, deliveries: int = 1) -> list[Entry]:
@@ -321,7 +327,7 @@ class WakeableRead:
                  block_ms: int = 5000, batcher: Batcher | None = None) -> None:
         self.reader, self.r, self.wake_key = reader, r, wake_key  # ``reader``: this loop's own client
         self.count, self.block_ms = count, block_ms
-        self.batcher = batcher  # when given, a wake leaves with the other commands of its round trip
+        self.batcher = batcher or Batcher(r)  # a shared one: a wake leaves with the others' commands
         self._cursor = "0-0"
         self._waking = False
         self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
@@ -347,19 +353,13 @@ class WakeableRead:
         if not self._to_send():
             return
         try:
-            if self.batcher is not None:
-                await asyncio.gather(*self._submit_wake())
-            else:
-                pipe = self.r.pipeline(transaction=False)
-                for build in self._wake_commands():
-                    build(pipe)
-                await pipe.execute()
+            await asyncio.gather(*self._submit_wake())
         except REDIS_DOWN as exc:
             self._not_sent(exc)
 
     def wake_nowait(self) -> None:
         """``wake`` without waiting for it: the wake leaves in the batcher's next round trip, with
-        whatever the caller submits next (``batcher`` required on one server)."""
+        whatever the caller submits next."""
         if self._to_send():
             for fut in self._submit_wake():
                 fut.add_done_callback(self._sent)
@@ -375,14 +375,9 @@ class WakeableRead:
         self._waking = True
         return True
 
-    def _wake_commands(self) -> tuple[Callable[[Any], Any], ...]:
-        return (lambda p: p.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True),
-                lambda p: p.expire(self.wake_key, 86_400))
-
     def _submit_wake(self) -> list[asyncio.Future]:
-        if self.batcher is None:
-            raise RuntimeError("wake_nowait needs a batcher")
-        return [self.batcher.submit(build) for build in self._wake_commands()]
+        return [self.batcher.submit(lambda p: p.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)),
+                self.batcher.submit(lambda p: p.expire(self.wake_key, 86_400))]
 
     def _sent(self, fut: asyncio.Future) -> None:
         exc = None if fut.cancelled() else fut.exception()

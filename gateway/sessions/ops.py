@@ -98,8 +98,7 @@ class SessionOps:
     async def queue(self, sid: str, stream: str, turn: int = 0) -> None:
         """Queue the generation of turn ``turn`` on ``stream`` (``route``'s answer)."""
         self.metrics.accepted(sid)
-        await self.batcher.call(lambda p: p.xadd(stream, {bus.FIELD: encode(StartTurn(sid=sid, turn=turn))},
-                                                 maxlen=bus.JOB_STREAM_MAXLEN, approximate=True))
+        await self.batcher.call(lambda p: bus.add_to(p, stream, encode(StartTurn(sid=sid, turn=turn))))
         log.info("sid=%s turn=%d queued on %s", sid, turn, stream)
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:

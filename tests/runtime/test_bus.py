@@ -169,28 +169,24 @@ async def test_a_wake_that_cannot_be_sent_does_not_fail_its_caller_and_is_sent_n
     down.stop()
     shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100)
     await shared.wake()  # does not raise
-    shared.r = r  # the server is back (here: another one)
+    shared.batcher = bus.Batcher(r)  # the server is back (here: another one)
     await shared.wake()  # sent: the failed one did not leave it marked in flight
     assert await r.xlen("s:wake") == 1
     await unreachable.aclose()
     down.cleanup()
 
 
-@pytest.mark.parametrize("nowait", [False, True])
-async def test_a_wake_through_a_batcher_that_cannot_be_sent_is_sent_next_time(r, redis_url, nowait) -> None:
-    """The same through a batcher, awaited (``wake``) or not (``wake_nowait``: it leaves with the
-    caller's next command, and a failure to send it is noticed when its round trip fails)."""
+async def test_a_wake_not_waited_for_that_cannot_be_sent_is_sent_next_time(r, redis_url) -> None:
+    """The same for ``wake_nowait``: the wake leaves with the caller's next command, and a failure to send
+    it is noticed when that round trip fails."""
     from turnstream.embedded import EmbeddedRedis
 
     down = EmbeddedRedis().start()
     unreachable = bus.connect(down.url)
     down.stop()
-    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100, batcher=bus.Batcher(unreachable))
+    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100)
 
     async def wake(down: bool) -> None:
-        if not nowait:
-            await shared.wake()  # never raises
-            return
         shared.wake_nowait()
         ping = shared.batcher.call(lambda p: p.ping())  # the caller's own command, in the same round trip
         if down:

@@ -282,8 +282,7 @@ class TurnParse:
         one that is gone for good was deleted by the others' adoption, and a note is nobody else's."""
         if self.job.worker:
             parsed = TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[c.name for c in self.calls])
-            await self.ctx.r.xadd(keys.decoder_jobs(self.job.worker), {bus.FIELD: encode(parsed)},
-                                  maxlen=bus.JOB_STREAM_MAXLEN, approximate=True, nomkstream=True)
+            await bus.add(self.ctx.r, keys.decoder_jobs(self.job.worker), encode(parsed), nomkstream=True)
 
     def _finish_reason(self, end: TokenEnd) -> str:
         if end.finish_reason == "length":
