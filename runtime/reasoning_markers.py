@@ -18,6 +18,7 @@ THINK = (THINK_OPEN, THINK_CLOSE)
 FAMILY_THINK: dict[str, tuple[str, str]] = {
     "seed_oss": ("<seed:think>", "</seed:think>"),            # ByteDance Seed-OSS's template
     "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),      # Swiss AI Apertus's template
+    "longcat": ("<longcat_think>", "</longcat_think>"),       # Meituan LongCat-Flash's template
 }
 
 

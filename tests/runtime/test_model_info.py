@@ -53,6 +53,7 @@ EXPECTED = {
     "ibm-granite--granite-3.3-2b-instruct": ("granite", "think"),
     "deepseek-ai--DeepSeek-V4-Flash": ("deepseek_v4", "think"),
     "ai21labs--AI21-Jamba-Mini-1.7": ("jamba", ""),
+    "meituan-longcat--LongCat-Flash-Chat": ("longcat", "think"),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -69,7 +70,7 @@ WITH_TOOLS_REFUSED = {
 }
 # Families whose real template was not reachable (tests/runtime/model_fixtures/README.md): config.json's
 # model_type / architecture is their evidence, tested below.
-NO_TEMPLATE = {"longcat", "ernie45", "step3"}
+NO_TEMPLATE = {"ernie45", "step3"}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
@@ -131,7 +132,8 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("gpt_oss", "GptOssForCausalLM", "harmony"), ("glm4_moe", "Glm4MoeForCausalLM", "glm45"),
     ("kimi_k2", "DeepseekV3ForCausalLM", "kimi_k2"), ("llama4", "Llama4ForConditionalGeneration", "pythonic"),
     ("", "Qwen3ForCausalLM", "hermes"), ("llama", "LlamaForCausalLM", "llama3_json"),
-    # the families without a reachable template (NO_TEMPLATE), and those whose type is evidence too
+    # the families without a reachable template (NO_TEMPLATE), LongCat (its published config.json names only its
+    # architecture), and those whose type is evidence too
     ("longcat_flash", "LongcatFlashForCausalLM", "longcat"), ("ernie4_5_moe", "Ernie4_5_MoeForCausalLM", "ernie45"),
     ("jamba", "JambaForCausalLM", "jamba"), ("granite", "GraniteForCausalLM", "granite"),
     ("step3_vl", "Step3VLForConditionalGeneration", "step3"), ("deepseek_v4", "", "deepseek_v4"),
