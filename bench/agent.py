@@ -93,13 +93,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_model(tmp: Path) -> Path:
-    """A random Qwen2 (hidden 128, 4 layers) with a 150k-token byte-level vocabulary, like Qwen's."""
+    """A random Qwen2 (hidden 128, 4 layers) with a 150k-token byte-level vocabulary, in bfloat16: like Qwen's,
+    so that vLLM and the native engine both compute in it (on a CPU with native bfloat16)."""
     from workers.decode.synthetic import build_checkpoint, build_large_tokenizer
 
     progress("building the bench model (random Qwen2, 150k-token vocabulary)")
     return build_checkpoint(tmp / "agent-model", "qwen2", hidden_size=128, num_layers=4, num_heads=4,
                             num_kv_heads=2, intermediate_size=512, max_position_embeddings=16384, init_std=0.02,
-                            tokenizer=build_large_tokenizer(150_000))
+                            tokenizer=build_large_tokenizer(150_000), dtype="bfloat16")
 
 
 def shape(args: argparse.Namespace) -> Shape:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from runtime.cpu import CPUINFO, cpuinfo_fields, flags_of, native_bf16
 from training import lineage
 from training.datagen import DATA_VERSIONS, DialogueGen, learned_turns, render_dialogue
 from training.export import PAD_ID, load_hf_dir, save_hf_dir
@@ -116,34 +117,11 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _cpuinfo(cpuinfo: Path) -> dict[str, str]:
-    """Each field's first value in ``cpuinfo``, i.e. the first CPU's (empty where it is absent)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return {}
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
-def _flags(fields: dict[str, str]) -> set[str]:
-    return set((fields.get("flags") or fields.get("Features", "")).split())
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The first CPU's feature flags (empty where /proc/cpuinfo is absent)."""
-    return _flags(_cpuinfo(cpuinfo))
-
-
-def machine_text(cpuinfo: Path = Path("/proc/cpuinfo"), cores: int | None = None) -> str:
+def machine_text(cpuinfo: Path = CPUINFO, cores: int | None = None) -> str:
     """The CPU as a model card states it: ``2-core Intel(R) Xeon(R) Processor (x86_64, native bf16: AMX), no GPU``."""
-    fields = _cpuinfo(cpuinfo)
-    flags = _flags(fields)
-    bf16 = "native bf16: AMX" if "amx_bf16" in flags else (
-        "native bf16: AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16")
+    fields = cpuinfo_fields(cpuinfo)
+    bf16 = native_bf16(flags_of(fields))
+    bf16 = f"native bf16: {bf16}" if bf16 else "no native bf16"
     name = fields.get("model name") or platform.processor() or "CPU"
     return f"{cores or os.cpu_count() or 1}-core {name} ({platform.machine()}, {bf16}), no GPU"
 
@@ -154,8 +132,7 @@ def compute_dtype(precision: str, flags: set[str] | None = None) -> torch.dtype:
     ~9x slower than fp32 (measured on this project's 2-core CI-class VM)."""
     if precision != "auto":
         return {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
-    flags = cpu_flags() if flags is None else flags
-    return torch.bfloat16 if flags & {"avx512_bf16", "amx_bf16"} else torch.float32
+    return torch.bfloat16 if native_bf16(flags) else torch.float32
 
 
 def loss_fn(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,

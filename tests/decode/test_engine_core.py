@@ -11,7 +11,9 @@ import transformers
 
 from engine_harness import (SYSTEM, TOOLS, FakeClock, checkpoint, continue_with_tool, make_core, request, run,
                             text_of)
+from runtime import cpu
 from workers.decode.errors import DuplicateRequest, RequestTooLarge
+from workers.decode.native.core import resolve_dtype
 
 HISTORY = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -200,3 +202,28 @@ def test_abort_frees_blocks_without_pinning() -> None:
     core.check_integrity()
     assert core.stats()["pinned_blocks"] == 0 and core.stats()["free_blocks"] == 256
     assert core.abort("r") is None and not core.has_work()
+
+
+def test_auto_dtype_follows_the_checkpoint_and_the_cpu() -> None:
+    """bfloat16 on a CPU only for a half-precision checkpoint where the CPU computes it natively; a float32
+    checkpoint (the bundled model) keeps float32; an explicit dtype wins."""
+    cpu_dev, cuda = torch.device("cpu"), torch.device("cuda")
+    bf16, avx2 = {"avx2", "avx512f", "avx512_bf16"}, {"avx2", "fma"}
+    assert resolve_dtype("auto", cpu_dev, "float32", bf16)[0] is torch.float32
+    assert resolve_dtype("auto", cpu_dev, None, {"amx_bf16"})[0] is torch.float32
+    assert resolve_dtype("auto", cpu_dev, "bfloat16", bf16) == (torch.bfloat16, "auto: a bfloat16 checkpoint, "
+                                                                               "native bfloat16 (AVX-512 BF16)")
+    assert resolve_dtype("auto", cpu_dev, "float16", {"amx_bf16"})[0] is torch.bfloat16
+    assert resolve_dtype("auto", cpu_dev, "bfloat16", avx2)[0] is torch.float32  # emulated: ~9x slower
+    assert resolve_dtype("float32", cpu_dev, "bfloat16", bf16) == (torch.float32, "set")
+    assert resolve_dtype("auto", cuda, "float16")[0] is torch.float16
+    assert resolve_dtype("auto", cuda, "float32")[0] is torch.bfloat16
+
+
+def test_a_bfloat16_checkpoint_runs_in_the_dtype_auto_chose() -> None:
+    core = make_core(model=str(checkpoint("qwen2", dtype="bfloat16")))
+    expected = torch.bfloat16 if cpu.native_bf16() else torch.float32
+    assert core.dtype is expected
+    assert {p.dtype for p in core.model.parameters()} == {expected}
+    seq, deltas, _ = _turn(core, "r", "s", HISTORY, max_tokens=6)
+    assert deltas[-1].finished and deltas[-1].completion_tokens == len(seq.completion_token_ids) > 0

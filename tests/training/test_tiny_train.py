@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from runtime import cpu
 from training import lineage, train
 from training.datagen import DialogueGen
 from training.train import Batches, dialogue_text, encode
@@ -99,8 +100,9 @@ def test_bf16_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:
     assert train.compute_dtype("bf16", avx2) is torch.bfloat16 and train.compute_dtype("fp32", {"amx_bf16"}) is torch.float32
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
-    assert train.cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
-    assert train.cpu_flags(tmp_path / "absent") == set()
+    assert cpu.cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu.native_bf16(cpu.cpu_flags(info)) == "AVX-512 BF16"
+    assert cpu.cpu_flags(tmp_path / "absent") == set()
 
 
 def test_the_fp32_loss_is_the_plain_forward_pass(tokenizer) -> None:

@@ -78,9 +78,10 @@ def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int 
                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
                      max_position_embeddings: int = 4096, vocab_size: int = 512, tie_word_embeddings: bool = True,
                      rope_scaling: dict[str, Any] | None = None, init_std: float = 0.1, seed: int = 0,
-                     tokenizer: Tokenizer | None = None) -> Path:
+                     tokenizer: Tokenizer | None = None, dtype: str = "float32") -> Path:
     """Write a random-weight ``arch`` checkpoint (llama / qwen2 / qwen3) with tokenizer into ``path``
-    (``tokenizer``: instead of the small trained one, e.g. ``build_large_tokenizer()``)."""
+    (``tokenizer``: instead of the small trained one, e.g. ``build_large_tokenizer()``; ``dtype``: the
+    weights' and the config's, e.g. ``bfloat16`` as the hub's checkpoints are published)."""
     import torch
     import transformers
 
@@ -100,7 +101,8 @@ def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int 
         max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
         initializer_range=init_std, eos_token_id=eos, bos_token_id=None, pad_token_id=None, **extra)
     torch.manual_seed(seed)
-    model = getattr(transformers, model_cls)(config).eval()
+    model = getattr(transformers, model_cls)(config).eval().to(getattr(torch, dtype))
+    model.config.dtype = getattr(torch, dtype)
     model.save_pretrained(path)
     _write_tokenizer_config(path)
     return path

@@ -17,7 +17,8 @@ class EngineConfig:
 
     model: str
     device: str = "cpu"
-    dtype: str = "auto"  # auto: float32 on CPU, the checkpoint's half type (else bfloat16) on CUDA
+    dtype: str = "auto"  # auto: core.resolve_dtype (bfloat16 on CUDA; on a CPU for a half-precision checkpoint
+    # where the CPU computes bfloat16 natively, else float32)
     block_size: int = 16
     num_blocks: int = 2048  # KV pool size in blocks
     host_kv_blocks: int = -1  # host tier under the pool, in blocks: -1 auto (2x num_blocks with CUDA, 0 on CPU)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from runtime import cpu
 from runtime.config import ConfigError
 from workers.decode.constraints import ConstraintError
 from workers.decode.constraints.guide import GrammarCompiler
@@ -54,7 +55,7 @@ class EngineCore:
         self.tokenizer = ChatTokenizer.from_dir(config.model)
         args = ModelArgs.from_dir(config.model)
         self.max_model_len = config.max_model_len or args.max_position_embeddings
-        self.dtype = resolve_dtype(config.dtype, self.device, args.torch_dtype)
+        self.dtype, self.dtype_reason = resolve_dtype(config.dtype, self.device, args.torch_dtype)
         self.model = load_model(config.model, self.device, self.dtype, self.max_model_len)
         host_blocks = host_kv_blocks(config, self.device)
         self.runner = ModelRunner(self.model, config.num_blocks, config.block_size, self.tokenizer.vocab_size,
@@ -242,10 +243,23 @@ def host_kv_blocks(config: EngineConfig, device: torch.device) -> int:
     return 2 * config.num_blocks if device.type == "cuda" else 0
 
 
-def resolve_dtype(name: str, device: torch.device, checkpoint: str | None) -> torch.dtype:
-    """``auto``: float32 on CPU; on accelerators the checkpoint's half type, else bfloat16."""
+def resolve_dtype(name: str, device: torch.device, checkpoint: str | None,
+                  flags: set[str] | None = None) -> tuple[torch.dtype, str]:
+    """The dtype the engine computes in, and why (logged at start-up).
+
+    ``auto``: on accelerators the checkpoint's half type, else bfloat16.  On a CPU, bfloat16 for a
+    checkpoint published in half precision (bfloat16, float16: the hub's models) where the CPU computes
+    bfloat16 natively (``runtime.cpu``: AVX-512 BF16, AMX), as vLLM's CPU backend computes them; float32
+    for a float32 checkpoint (the bundled model, which was trained and evaluated in it) and wherever
+    bfloat16 would be emulated (~9x slower than float32 there).  ``flags``: the CPU's, for tests.
+    """
     if name != "auto":
-        return getattr(torch, name)
-    if device.type == "cpu":
-        return torch.float32
-    return torch.float16 if checkpoint == "float16" else torch.bfloat16
+        return getattr(torch, name), "set"
+    if device.type != "cpu":
+        return (torch.float16, "auto: the checkpoint's") if checkpoint == "float16" else (torch.bfloat16, "auto")
+    if checkpoint not in ("bfloat16", "float16"):
+        return torch.float32, f"auto: a {checkpoint or 'float32'} checkpoint"
+    how = cpu.native_bf16(flags)
+    if how is None:
+        return torch.float32, f"auto: a {checkpoint} checkpoint on a CPU without native bfloat16"
+    return torch.bfloat16, f"auto: a {checkpoint} checkpoint, native bfloat16 ({how})"

@@ -61,8 +61,8 @@ class NativeEngine:
         deliver = lambda outputs: loop.call_soon_threadsafe(self._put, outputs)  # noqa: E731
         self._thread = _EngineThread(self.core, self._inbox, deliver, self.clock)
         self._thread.start()
-        log.info("native engine up: %s on %s (%s), %d blocks of %d tokens", self.model, self.config.device,
-                 self.core.dtype, self.config.num_blocks, self.config.block_size)
+        log.info("native engine up: %s on %s (%s, %s), %d blocks of %d tokens", self.model, self.config.device,
+                 self.core.dtype, self.core.dtype_reason, self.config.num_blocks, self.config.block_size)
 
     async def stop(self) -> None:
         if self._thread is None:
