@@ -66,8 +66,8 @@ NATIVE_BLOCK = 16
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="turnstream bench agent", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT))
-    ap.add_argument("--tasks", type=int, default=8, help="tasks in the trace; a level runs max(concurrency, "
-                    "--min-tasks) of them")
+    ap.add_argument("--tasks", type=int, default=8, help="tasks in the trace (at least as many as a level runs); "
+                    "a level runs max(concurrency, --min-tasks) of them")
     ap.add_argument("--min-tasks", type=int, default=4, help="tasks run at each level at least")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--memory", default="ample,tight")
@@ -104,10 +104,14 @@ def build_model(tmp: Path) -> Path:
 
 
 def shape(args: argparse.Namespace) -> Shape:
+    """The trace's shape.  It holds at least as many tasks as a level runs: a call is known by its
+    ``ref`` (the tools' stamps, the checks), so a task run twice in one level would mix its two runs'
+    stamps."""
+    tasks = max(args.tasks, args.min_tasks, *args.levels)
     if args.small:  # the smoke size: same structure, short texts and quick tools
-        return Shape(tasks=args.tasks, seed=args.seed, turns=(1, 2), system_tokens=(200, 300),
+        return Shape(tasks=tasks, seed=args.seed, turns=(1, 2), system_tokens=(200, 300),
                      result_tokens=(20, 60), answer_tokens=(5, 10), latency_p50_s=0.05, max_latency_s=0.3)
-    return Shape(tasks=args.tasks, seed=args.seed)
+    return Shape(tasks=tasks, seed=args.seed)
 
 
 # --------------------------------------------------------------------------- memory

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench.agent import context_tokens, pools
+from bench.agent import _args, context_tokens, pools, shape
 from bench.agent_report import breakdown, check, headline, summarise
 from bench.agent_sides import TaskRun, TurnObs
 from bench.agent_tools import registry, tools_toml
@@ -146,3 +146,10 @@ def test_the_headline_names_the_ratio_or_says_why_not() -> None:
     results = {"tight": {"vllm-client": {4: {"task_p50_s": 3.0}}, "turnstream-vllm": {4: fig}}}
     assert headline(results).startswith("agent: at concurrency 4, task p50 1.50x shorter than vLLM's server")
     assert "n/a" in headline({"ample": results["tight"]}) and headline(results).endswith("(goal >= 1.43x)")
+
+
+def test_the_trace_holds_every_task_a_level_runs() -> None:
+    """A call is known by its ref: a task run twice in one level would mix its two runs' tool stamps."""
+    assert shape(_args(["--concurrency", "1,4,16"])).tasks == 16
+    assert shape(_args(["--concurrency", "1,4", "--min-tasks", "3"])).tasks == 8  # the default trace
+    assert shape(_args(["--small", "--tasks", "4", "--min-tasks", "6", "--concurrency", "1"])).tasks == 6
