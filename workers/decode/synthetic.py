@@ -102,8 +102,7 @@ def build_checkpoint(path: str | Path, arch: str = "qwen2", *, hidden_size: int 
         initializer_range=init_std, eos_token_id=eos, bos_token_id=None, pad_token_id=None, **extra)
     torch.manual_seed(seed)
     model = getattr(transformers, model_cls)(config).eval().to(getattr(torch, dtype))
-    model.config.dtype = getattr(torch, dtype)
-    model.save_pretrained(path)
+    model.save_pretrained(path)  # config.json's dtype is the weights'
     _write_tokenizer_config(path)
     return path
 
