@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -69,11 +70,14 @@ def create_app(cfg: Config) -> FastAPI:
                                 cfg.heartbeat_ttl_ms, lambda: {"port": cfg.port, "subscribers": s.relay.subscribers})
         await s.heartbeat.beat()
         beats = asyncio.create_task(s.heartbeat.loop())
+        shared = asyncio.create_task(_sync_metrics(metrics, s.relay)) if metrics.shared_dir else None
         log.info("gateway up on %s:%d (relay %s)", cfg.host, cfg.port, s.relay.gateway_id)
         try:
             yield
         finally:
             beats.cancel()
+            if shared is not None:
+                shared.cancel()
             with contextlib.suppress(Exception):
                 await s.heartbeat.stop()
             await s.relay.stop()
@@ -104,6 +108,13 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
                            headers={"Retry-After": "1"}).response(request.url.path)
 
 
+async def _sync_metrics(metrics: Metrics, relay: Relay, every_s: float = 2.0) -> None:
+    """With several processes on the port, a scrape reaches one: the others' relay figures are this old."""
+    while True:
+        await asyncio.sleep(every_s)
+        metrics.sync(relay)
+
+
 def serve(cfg: Config) -> None:
     """Run the gateway under uvicorn until SIGINT/SIGTERM.
 
@@ -128,7 +139,22 @@ def serve(cfg: Config) -> None:
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     aio.tune_gc(cfg.gc_young)
-    server.run()
+    server.run(sockets=[shared_socket(cfg.host, cfg.port)] if cfg.reuse_port == "on" else None)
+
+
+def shared_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` with SO_REUSEPORT: the kernel spreads the port's new connections
+    over every process that bound it so (same user), as vLLM's API servers share theirs."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind(addr)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _loop(cfg: Config) -> str:

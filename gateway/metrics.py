@@ -8,7 +8,10 @@ turn.started to its session.ended, continuations included; another replica relay
 session (a client following it there) counts nothing of it.  A session whose accepting gateway does
 not relay it (the sessions API, created on one replica and followed only on another) is counted by
 nobody.  Queue depths and the workers' load are read from Redis at scrape time; the per-worker
-series come from live heartbeats only, so a dead worker's series disappear with it.
+series come from live heartbeats only, so a dead worker's series disappear with it.  Where several
+gateway processes share one port (``turnstream.gateways``), a scrape reaches one of them and reports
+them all: their series live in a directory they share (prometheus_client's multiprocess mode), counters
+and histograms summed, the relay's gauges summed over the live processes, the Redis readings the latest.
 
 The request and token series carry ``model_name`` (the served model id, as vLLM's ``vllm:*`` series
 do); vLLM's name for the same fact is given where there is one.
@@ -51,6 +54,7 @@ do); vLLM's name for the same fact is given where there is one.
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -58,7 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import ResponseError
 
@@ -149,8 +153,8 @@ RESIDENCY = (  # heartbeat key, series name (a counter: _total is added), help
 class _Scraped:
     """Families rebuilt from the last refresh at every scrape: live workers only, counters as counters."""
 
-    def __init__(self, metrics: "Metrics") -> None:
-        self.m = metrics
+    def __init__(self, metrics: "Metrics", relay: bool = True) -> None:
+        self.m, self.relay = metrics, relay  # relay: this process's relay counters (one process serves the port)
 
     def collect(self) -> Iterable[Any]:
         m = self.m
@@ -180,11 +184,13 @@ class _Scraped:
         alive = GaugeMetricFamily("turnstream_processes_alive", "Live processes by kind", labels=["kind"])
         for kind in ("gateway", "decode", "parser", "tools"):
             alive.add_metric([kind], sum(1 for b in m.beats.values() if b.get("kind") == kind))
-        relayed = CounterMetricFamily("turnstream_relay_events", "Events read by the shared reader")
-        relayed.add_metric([], float(getattr(m.relay, "relayed", 0)))
-        dropped = CounterMetricFamily("turnstream_relay_dropped_subscribers", "Slow subscribers dropped")
-        dropped.add_metric([], float(getattr(m.relay, "dropped", 0)))
-        yield from (tokens, reqs, kv, pinned, *residency.values(), alive, relayed, dropped)
+        yield from (tokens, reqs, kv, pinned, *residency.values(), alive)
+        if self.relay:
+            relayed = CounterMetricFamily("turnstream_relay_events", "Events read by the shared reader")
+            relayed.add_metric([], float(getattr(m.relay, "relayed", 0)))
+            dropped = CounterMetricFamily("turnstream_relay_dropped_subscribers", "Slow subscribers dropped")
+            dropped.add_metric([], float(getattr(m.relay, "dropped", 0)))
+            yield from (relayed, dropped)
 
 
 class Metrics:
@@ -222,16 +228,25 @@ class Metrics:
         self.pin_hit = Histogram("turnstream_pin_hit_ratio", "cached_tokens / prompt_tokens per turn", m,
                                  registry=reg, buckets=(0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0),
                                  ).labels(model_name)
-        self.queue_length = Gauge("turnstream_queue_length", "XLEN of a job stream", ["stream"], registry=reg)
+        # Read from Redis at a scrape: with several processes on the port, the latest scrape's reading;
+        # this process's own: summed over the live processes (``multiprocess_mode``, used only then).
+        redis_read = {"registry": reg, "multiprocess_mode": "mostrecent"}
+        own = {"registry": reg, "multiprocess_mode": "livesum"}
+        self.queue_length = Gauge("turnstream_queue_length", "XLEN of a job stream", ["stream"], **redis_read)
         self.queue_pending = Gauge("turnstream_queue_pending", "XPENDING of a job stream's group", ["stream"],
-                                   registry=reg)
-        self.tool_queue = Gauge("turnstream_tool_queue_length", "Queued jobs of a tool pool", ["pool"], registry=reg)
-        self.decoders = Gauge("turnstream_decoders_alive", "Decoders with a live heartbeat", registry=reg)
-        self.subscribers = Gauge("turnstream_relay_subscribers", "Subscriptions relayed by this process",
-                                 registry=reg)
-        self.watched = Gauge("turnstream_relay_watched_sessions", "Session streams the shared reader reads",
-                             registry=reg)
-        reg.register(_Scraped(self))
+                                   **redis_read)
+        self.tool_queue = Gauge("turnstream_tool_queue_length", "Queued jobs of a tool pool", ["pool"], **redis_read)
+        self.decoders = Gauge("turnstream_decoders_alive", "Decoders with a live heartbeat", **redis_read)
+        self.subscribers = Gauge("turnstream_relay_subscribers", "Subscriptions relayed by this process", **own)
+        self.watched = Gauge("turnstream_relay_watched_sessions", "Session streams the shared reader reads", **own)
+        # Several gateway processes on one port (``turnstream.gateways``): a scrape reaches one of them and
+        # reports every one's counters from the directory they share; the relay's counters go there too.
+        self.shared_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+        if self.shared_dir:
+            self.relayed = Counter("turnstream_relay_events", "Events read by the shared reader", registry=reg)
+            self.dropped = Counter("turnstream_relay_dropped_subscribers", "Slow subscribers dropped", registry=reg)
+            self._synced = (0, 0)
+        reg.register(_Scraped(self, relay=not self.shared_dir))
         self.beats: dict[str, dict[str, Any]] = {}
         self.relay: object = None
         self._pending: _Bounded = _Bounded()  # sid -> _Run accepted here, until the first of its events goes by
@@ -333,12 +348,23 @@ class Metrics:
         for b in self.beats.values():
             if b.get("kind") == "decode":
                 await self._stream_depth(r, keys.decoder_jobs(str(b.get("worker"))), keys.DECODE_GROUP)
-        self.tool_queue.clear()
+        if not self.shared_dir:  # a pool that is gone leaves the series (not possible in the shared files)
+            self.tool_queue.clear()
         for pool in pools:
             self.tool_queue.labels(pool).set(await r.zcard(keys.tool_queue(pool)))
         self.decoders.set(sum(1 for b in self.beats.values() if b.get("kind") == "decode"))
+        self.sync(relay)
+
+    def sync(self, relay: object) -> None:
+        """This process's relay figures into its gauges (and, with several processes, their shared counters):
+        at every scrape, and every few seconds where a scrape may reach another process (``app``)."""
         self.subscribers.set(getattr(relay, "subscribers", 0))
         self.watched.set(getattr(relay, "watched", 0))
+        if self.shared_dir:
+            relayed, dropped = getattr(relay, "relayed", 0), getattr(relay, "dropped", 0)
+            self.relayed.inc(relayed - self._synced[0])
+            self.dropped.inc(dropped - self._synced[1])
+            self._synced = (relayed, dropped)
 
     async def _stream_depth(self, r: aioredis.Redis, stream: str, group: str) -> None:
         self.queue_length.labels(stream).set(await r.xlen(stream))
@@ -349,4 +375,9 @@ class Metrics:
         self.queue_pending.labels(stream).set(int(pending.get("pending", 0) or 0))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.shared_dir:
+            return generate_latest(self.registry)
+        every = CollectorRegistry()  # every process's counters, histograms and gauges, summed
+        multiprocess.MultiProcessCollector(every, self.shared_dir)
+        every.register(_Scraped(self, relay=False))
+        return generate_latest(every)

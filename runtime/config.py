@@ -114,6 +114,12 @@ class Config:
     # gateway
     host: str = opt("127.0.0.1", "gateway listen address", "gateway")
     port: int = opt(8000, "gateway listen port", "gateway")
+    gateway_processes: str = opt("auto", "gateway processes serving the port together (SO_REUSEPORT, as vLLM's "
+                                 "--api-server-count): a number, or auto: one per 8 usable CPU cores, 1 to 4 "
+                                 "(docs/operations.md)", "gateway")
+    reuse_port: str = opt("off", "on: bind the port with SO_REUSEPORT, so that several gateway processes share it "
+                          "(set for the processes gateway_processes starts; set it to run them under a process "
+                          "manager of your own)", "gateway")
     api_keys: tuple[str, ...] = opt((), "comma-separated API keys (plaintext or sha256:<hex>); none: open mode",
                                     "gateway")
     api_keys_file: str = opt("", "file of API keys, one per line ('#' comments)", "gateway")
@@ -161,6 +167,7 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced", "auto"},
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
+            "reuse_port": {"on", "off"},
             "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
@@ -229,6 +236,8 @@ def _validate(cfg: Config) -> None:
     for name in _POSITIVE:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: invalid value {getattr(cfg, name)!r}; must be > 0")
+    if cfg.gateway_processes != "auto" and not (cfg.gateway_processes.isdigit() and int(cfg.gateway_processes) > 0):
+        raise ConfigError(f"gateway_processes: invalid value {cfg.gateway_processes!r}; expected auto or a number > 0")
     if cfg.heartbeat_ttl_ms <= cfg.heartbeat_ms:
         raise ConfigError(f"heartbeat_ttl_ms: {cfg.heartbeat_ttl_ms} must exceed heartbeat_ms {cfg.heartbeat_ms}")
     _validate_urls(cfg)

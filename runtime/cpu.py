@@ -40,3 +40,22 @@ def native_bf16(flags: set[str] | None = None) -> str | None:
     """How the CPU computes bfloat16 natively (``AMX``, ``AVX-512 BF16``), or None where it does not."""
     flags = cpu_flags() if flags is None else flags
     return next((name for flag, name in NATIVE_BF16.items() if flag in flags), None)
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPU cores this process may use: its affinity mask, lowered by a cgroup v2 CPU quota (a
+    container's ``--cpus``), rounded up; at least 1."""
+    import math
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit readable: the affinity mask decides
+    return max(1, cores)

@@ -66,6 +66,7 @@ class Stack:
 def make_stack(redis_url: str, parsers: int = 1, **overrides: object) -> Stack:
     """The whole pipeline as processes; the ReplayEngine unless ``engine=`` says otherwise."""
     overrides.setdefault("engine", "replay")
+    overrides.setdefault("gateway_processes", "1")  # whatever the machine's cores: tests read one process's state
     cfg = load_config(redis_url=redis_url, port=free_port(), reclaim_idle_ms=1000, heartbeat_ms=300,
                       heartbeat_ttl_ms=1200, sweep_after_s=1.0, log_level="INFO", **overrides)
     stack = Stack(cfg, f"http://{cfg.host}:{cfg.port}")

@@ -211,10 +211,9 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         aio.run(_worker(args.kind, cfg), cfg.loop, cfg.gc_young)
         return 0
     if args.cmd == "gateway":
-        from gateway.app import serve
+        from turnstream.gateways import serve
 
-        serve(cfg)
-        return 0
+        return serve(cfg)
     if args.cmd in ("up", "demo"):
         from turnstream.stack import run_stack
 

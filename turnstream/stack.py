@@ -22,6 +22,7 @@ from schemas import keys
 from runtime import cluster
 from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, _die_with_parent, free_port
+from turnstream.gateways import resolve as resolve_gateways
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
 
@@ -35,8 +36,9 @@ def child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def spawn(args: list[str], cfg: Config, **popen: Any) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=child_env(cfg),
+def spawn(args: list[str], cfg: Config, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """``turnstream ARGS`` configured by ``cfg`` (``env``: ``child_env(cfg)`` with additions of its own)."""
+    return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=env or child_env(cfg),
                             preexec_fn=_die_with_parent, **popen)
 
 
@@ -45,21 +47,25 @@ def spawn_kind(kind: str, cfg: Config, **popen: Any) -> subprocess.Popen:
     return spawn(["gateway"] if kind == "gateway" else ["worker", kind], cfg, **popen)
 
 
-def start_processes(cfg: Config, kinds: list[str], timeout_s: float = 120.0) -> list[tuple[str, subprocess.Popen]]:
+def start_processes(cfg: Config, kinds: list[str], timeout_s: float = 120.0,
+                    gateways: int = 1) -> list[tuple[str, subprocess.Popen]]:
     """One process per entry of ``kinds``, returned once every one of them is live (the gateway's
-    ``/readyz`` counts their heartbeats); all stopped on failure."""
+    ``/readyz`` counts their heartbeats; a ``gateway`` entry is ``gateways`` processes); all stopped on
+    failure."""
     procs = [(k, spawn_kind(k, cfg)) for k in kinds if k]
     try:
-        wait_ready(f"http://{cfg.host}:{cfg.port}", procs, timeout_s)
+        wait_ready(f"http://{cfg.host}:{cfg.port}", procs, timeout_s, gateways)
     except BaseException:
         stop_all([p for _, p in procs])
         raise
     return procs
 
 
-def wait_ready(url: str, procs: list[tuple[str, subprocess.Popen]], timeout_s: float = 120.0) -> None:
-    """Until the gateway answers and, when decoders were started, reports every started process live."""
-    want = {k: sum(1 for kind, _ in procs if kind == k) for k, _ in procs}
+def wait_ready(url: str, procs: list[tuple[str, subprocess.Popen]], timeout_s: float = 120.0,
+               gateways: int = 1) -> None:
+    """Until the gateway answers and, when decoders were started, reports every started process live
+    (a ``gateway`` entry: ``gateways`` processes sharing its port)."""
+    want = {k: sum(gateways if kind == "gateway" else 1 for kind, _ in procs if kind == k) for k, _ in procs}
     path = "/readyz" if want.get("decode") else "/healthz"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -111,12 +117,16 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
     if demo:
         cfg = cfg.replace(port=free_port())
     url = f"http://{cfg.host}:{cfg.port}"
+    gateways, why = resolve_gateways(cfg)
+    cfg = cfg.replace(gateway_processes=str(gateways))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     procs: list[subprocess.Popen] = []
     interrupted = False
     try:
         print(f"turnstream: starting redis={cfg.redis_url} gateway={url} workers={','.join(kinds)}", flush=True)
-        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"], ready_timeout_s)]
+        print(f"turnstream: {gateways} gateway process{'es' if gateways > 1 else ''} on port {cfg.port} ({why}; "
+              "--gateway-processes N to choose)", flush=True)
+        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"], ready_timeout_s, gateways)]
         print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
         if demo:
             from turnstream.chat import chat

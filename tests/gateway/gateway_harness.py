@@ -70,7 +70,7 @@ def start_stack(server_url: str, kinds: tuple[str, ...] = ALL_KINDS, **overrides
     db = next(_DBS) % 15 + 1
     url = server_url.rsplit("/", 1)[0] + f"/{db}"
     redis.Redis.from_url(url).flushdb()
-    settings = dict(redis_url=url, port=free_port(), reclaim_idle_ms=1000, heartbeat_ms=300, heartbeat_ttl_ms=1200,
+    settings = dict(redis_url=url, port=free_port(), gateway_processes="1", reclaim_idle_ms=1000, heartbeat_ms=300, heartbeat_ttl_ms=1200,
                     sweep_after_s=1.0, log_level="WARNING", engine="replay", replay_rate=400, served_model_name=MODEL)
     settings.update(overrides)
     cfg = load_config(**settings)
