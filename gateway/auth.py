@@ -196,4 +196,8 @@ def principal(conn: HTTPConnection) -> Principal:
     return conn.state.principal
 
 
-Caller = Annotated[Principal, Depends(principal)]
+async def _caller(conn: HTTPConnection) -> Principal:  # async: FastAPI runs a plain def in a thread
+    return conn.state.principal
+
+
+Caller = Annotated[Principal, Depends(_caller)]

@@ -43,4 +43,8 @@ def gateway_state(conn: HTTPConnection) -> GatewayState:
     return conn.app.state.gateway
 
 
-State = Annotated[GatewayState, Depends(gateway_state)]
+async def _state(conn: HTTPConnection) -> GatewayState:  # async: FastAPI runs a plain def in a thread
+    return conn.app.state.gateway
+
+
+State = Annotated[GatewayState, Depends(_state)]
