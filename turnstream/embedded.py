@@ -32,10 +32,15 @@ def _binary() -> str:
     return str(get_binary_path())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
+    """A port free now on 127.0.0.1, none of ``avoid`` (ports chosen but not bound yet: the kernel may
+    offer a released port again at once)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 def _die_with_parent() -> None:  # runs in the child before exec

@@ -111,11 +111,12 @@ def stop_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
 def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None,
               ready_timeout_s: float = 120.0) -> int:
     server = None
-    if not cfg.redis_url:
-        server = EmbeddedRedis(data_dir=data_dir, appendonly=data_dir is not None).start()
+    if not cfg.redis_url:  # not on the gateway's port, which its caller may have just found free too
+        server = EmbeddedRedis(port=free_port(avoid={cfg.port}), data_dir=data_dir,
+                               appendonly=data_dir is not None).start()
         cfg = cfg.replace(redis_url=server.url)
     if demo:
-        cfg = cfg.replace(port=free_port())
+        cfg = cfg.replace(port=free_port(avoid={server.port} if server else set()))
     url = f"http://{cfg.host}:{cfg.port}"
     gateways, why = resolve_gateways(cfg)
     cfg = cfg.replace(gateway_processes=str(gateways))

@@ -160,3 +160,29 @@ def test_up_starts_the_processes_it_says(tmp_path: Path) -> None:
     text = Path(log.name).read_text()
     assert f"turnstream: 2 gateway processes on port {port} (gateway_processes; --gateway-processes N to choose)" \
         in text
+
+
+def test_a_free_port_is_never_one_just_handed_out(monkeypatch) -> None:
+    """``turnstream up`` picks the embedded server's port after its caller picked the gateway's: the
+    kernel may offer the same released port twice in a row (seen: both on one port, the gateway's bind
+    refused)."""
+    from turnstream import embedded
+
+    offered = iter([41000, 41000, 41001])
+
+    class Socket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def bind(self, addr):
+            self.port = next(offered)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(embedded.socket, "socket", Socket)
+    assert embedded.free_port() == 41000
+    assert embedded.free_port(avoid={41000}) == 41001
