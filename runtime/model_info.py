@@ -98,6 +98,7 @@ FAMILIES: tuple[Family, ...] = (
            tokens=("<|python_tag|>",), model_types=("llama",)),
     Family("ernie45", template=("<tool_call>",), model_types=("ernie4_5_moe", "ernie4_5"), with_type=True),
     Family("hermes", template=("<tool_call>",), tokens=("<tool_call>",), model_types=("qwen2", "qwen3", "qwen3_moe")),
+    Family("hermes", model_types=("granitemoehybrid",)),  # Granite 4.0 (H and micro): hermes' <tool_call>
 )
 
 
