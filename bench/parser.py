@@ -88,6 +88,9 @@ RENDER: dict[str, Callable[[int], str]] = {
                         "mode=420)</function_calls>\n"),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
+    "functiongemma": lambda i: (f"<start_function_call>call:write_file{{path:<escape>src/m{i}.py<escape>,content:<escape>"
+                                f"{ARGS_TEXT.replace(chr(92) + 'n', chr(10)).replace(chr(92), '')}<escape>,mode:420}}"
+                                "<end_function_call>\n"),
 }
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

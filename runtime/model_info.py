@@ -98,6 +98,9 @@ FAMILIES: tuple[Family, ...] = (
            tokens=("<|python_tag|>",), model_types=("llama",)),
     Family("ernie45", template=("<tool_call>",), model_types=("ernie4_5_moe", "ernie4_5"), with_type=True),
     Family("hermes", template=("<tool_call>",), tokens=("<tool_call>",), model_types=("qwen2", "qwen3", "qwen3_moe")),
+    Family("hermes", model_types=("granitemoehybrid",)),  # Granite 4.0 (H and micro): hermes' <tool_call>
+    # FunctionGemma's model_type is plain Gemma 3's (gemma3_text): only its own call token tells it apart
+    Family("functiongemma", template=("<start_function_call>",), tokens=("<start_function_call>",)),
 )
 
 

@@ -160,6 +160,28 @@ CASES: dict[str, list[Case]] = {
         Case("two", "<|tool_call_start|>[a(), b(x=[1, 2])]<|tool_call_end|>", calls=[("a", {}), ("b", {"x": [1, 2]})]),
         Case("positional", "<|tool_call_start|>[f(1)]<|tool_call_end|>", invalid=[("f", False)]),
     ],
+    "functiongemma": [
+        Case("basic", "Sure.<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3}<end_function_call>"
+             "<start_function_response>", content="Sure.", calls=[W]),
+        Case("parallel", "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3}<end_function_call>"
+             "<start_function_call>call:now{}<end_function_call>", calls=[W, ("now", {})]),
+        Case("nested", "<start_function_call>call:get_weather{opts:{units:[<escape>c<escape>, <escape>f<escape>],"
+             "<escape>a, b<escape>:{x:null,y:[true,-1.5e3]}}}<end_function_call>",
+             calls=[("get_weather", {"opts": {"units": ["c", "f"], "a, b": {"x": None, "y": [True, -1.5e3]}}})]),
+        Case("markers_in_string", "<start_function_call>call:get_weather{city:<escape>}<end_function_call>{a:1,<escape>}"
+             "<end_function_call>", calls=[("get_weather", {"city": "}<end_function_call>{a:1,"})]),
+        Case("typed_by_schema", "<start_function_call>call:get_weather{city:75001,days:<escape>3<escape>}<end_function_call>",
+             calls=[("get_weather", {"city": "75001", "days": 3})], exact_args=['{"city": "75001", "days": 3}'], kw=T),
+        Case("unknown_tool_bare_word", "<start_function_call>call:book_table{party:4,when:tonight}<end_function_call>",
+             calls=[("book_table", {"party": 4, "when": "tonight"})]),
+        Case("trailing_comma", "<start_function_call>call:f{a:1,}<end_function_call>ok", content="ok",
+             invalid=[("f", False)]),
+        Case("no_head", "<start_function_call>get_weather{}<end_function_call>ok", content="ok", invalid=[("", False)]),
+        Case("no_close", "<start_function_call>call:f{a:1}<start_function_response>", invalid=[("f", True)]),
+        Case("think_then_call", "<think>weather</think><start_function_call>call:now{}<end_function_call>",
+             reasoning="weather", calls=[("now", {})], kw={"reasoning": "think"}),
+        Case("truncated", "<start_function_call>call:get_weather{city:<escape>Par", invalid=[("get_weather", True)]),
+    ],
 }
 ALL = [(fmt, c) for fmt, cases in CASES.items() for c in cases]
 

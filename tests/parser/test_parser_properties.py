@@ -40,6 +40,15 @@ def _py(v: Any) -> str:
     return repr(v)
 
 
+def _gemma(v: Any, top: bool = False) -> str:
+    """Gemma's notation: strings between ``<escape>`` tokens, top-level keys bare, nested keys quoted."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k if top else _gemma(k)}:{_gemma(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_gemma(x) for x in v) + "]"
+    return f"<escape>{v}<escape>" if isinstance(v, str) else _j(v)
+
+
 def _raw(v: Any) -> str:
     """A bare XML parameter value (typed back by the schema made in ``_tools``)."""
     return v if isinstance(v, str) else _j(v)
@@ -96,6 +105,7 @@ RENDER: dict[str, Render] = {
     "olmo3": lambda i, n, a: "<function_calls>" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")</function_calls>",
     "xlam": lambda i, n, a: f"[{_j({'name': n, 'arguments': a})}]",
     "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
+    "functiongemma": lambda i, n, a: f"<start_function_call>call:{n}{_gemma(a, top=True)}<end_function_call>",
 }
 XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3"}
 # Prose characters that would start or end markup in a format (prose is drawn without them).
@@ -103,7 +113,8 @@ PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_cod
                 "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
                 "longcat": "<", "ernie45": "<", "internlm": "<", "jamba": "<", "hunyuan_a13b": "<", "minimax_m1": "<",
                 "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
-                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "["}
+                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "[",
+                "functiongemma": ""}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

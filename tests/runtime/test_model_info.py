@@ -54,6 +54,7 @@ EXPECTED = {
     "deepseek-ai--DeepSeek-V4-Flash": ("deepseek_v4", "think"),
     "ai21labs--AI21-Jamba-Mini-1.7": ("jamba", ""),
     "meituan-longcat--LongCat-Flash-Chat": ("longcat", "think"),
+    "ibm-granite--granite-4.0-h-small": ("hermes", ""),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -70,7 +71,7 @@ WITH_TOOLS_REFUSED = {
 }
 # Families whose real template was not reachable (tests/runtime/model_fixtures/README.md): config.json's
 # model_type / architecture is their evidence, tested below.
-NO_TEMPLATE = {"ernie45", "step3"}
+NO_TEMPLATE = {"ernie45", "step3", "functiongemma"}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
@@ -139,6 +140,7 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("step3_vl", "Step3VLForConditionalGeneration", "step3"), ("deepseek_v4", "", "deepseek_v4"),
     ("granitemoe", "GraniteMoeForCausalLM", "granite"),
     ("", "Ernie4_5ForCausalLM", "ernie45"),
+    ("granitemoehybrid", "GraniteMoeHybridForCausalLM", "hermes"),
 ])
 def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
                                                          fmt: str) -> None:
@@ -156,6 +158,26 @@ def test_hermes_markup_is_ernie45_only_where_config_json_says_ernie(tmp_path: Pa
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
     found, why, known = tool_format_of(Checkpoint.read(tmp_path))
     assert (found, known) == (fmt, True) and why.startswith("the chat template writes '<tool_call>'")
+
+
+@pytest.mark.parametrize(("tokens", "template", "fmt"), [
+    # FunctionGemma's tokenizer: its call tokens at ids 46-52 (added, not special)
+    (["<start_function_declaration>", "<end_function_declaration>", "<start_function_call>", "<end_function_call>",
+      "<start_function_response>", "<end_function_response>", "<escape>"], "", "functiongemma"),
+    ([], "{% for m in messages %}{{ m.content }}{% endfor %}{{ '<start_function_call>call:' }}", "functiongemma"),
+    (["<unused40>", "<unused41>"], "{% for m in messages %}{{ m.content }}{% endfor %}", "hermes"),  # plain Gemma 3
+])
+def test_functiongemma_is_told_from_gemma3_by_its_call_token_never_by_model_type(
+        tmp_path: Path, tokens: list[str], template: str, fmt: str) -> None:
+    """FunctionGemma and Gemma 3 share ``gemma3_text``: a plain Gemma 3 stays unknown (hermes, warned)."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"]}))
+    tok: dict[str, Any] = {"added_tokens_decoder": {str(46 + i): {"content": t, "special": False}
+                                                    for i, t in enumerate(tokens)}}
+    if template:
+        tok["chat_template"] = template
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tok))
+    found, _, known = tool_format_of(Checkpoint.read(tmp_path))
+    assert (found, known) == (fmt, fmt == "functiongemma")
 
 
 def test_a_special_token_names_the_family_when_the_template_does_not(tmp_path: Path) -> None:

@@ -37,8 +37,9 @@ class Syntax:
     section_close: tuple[str, ...] = ()
     joiner: tuple[str, ...] = ()
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
-    args: str = "json"  # "json" | "xml" | "python" (see args.py)
+    args: str = "json"  # "json" | "xml" | "python" | "gemma" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
+    quote: str = ""  # args == "gemma": the token around every string
 
 
 _DS_CALL, _DS_SEP, _DS_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
@@ -121,6 +122,8 @@ SYNTAX.update({
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),
+    "functiongemma": Syntax(("<start_function_call>", "call:" + NAME + "{"), ("}", "<end_function_call>"),
+                            "<start_function_call>", args="gemma", quote="<escape>"),
 })
 KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
 

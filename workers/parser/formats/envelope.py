@@ -25,7 +25,30 @@ NAME_KEYS = frozenset({"name"})
 ARG_KEYS = frozenset({"arguments", "parameters"})
 
 
-class Envelope:
+class StepReader:
+    """A reader run by its ``step`` method ``(buf, pos) -> pos`` until ``done`` or ``error`` (a message)."""
+
+    step: Callable[[str, int], int]
+    done = False
+    error = ""
+
+    def scan(self, buf: str, pos: int) -> int:
+        """Consume ``buf[pos:]`` up to the end of what is read; a step that neither moves nor switches waits for text."""
+        n = len(buf)
+        while pos < n and not self.done and not self.error:
+            step = self.step
+            new = step(buf, pos)
+            if new == pos and self.step is step:
+                break
+            pos = new
+        return pos
+
+    def _fail(self, message: str, pos: int) -> int:
+        self.error = message
+        return pos
+
+
+class Envelope(StepReader):
     """Parses one call object; reports the name and argument fragments to ``parser``.
 
     After ``scan``: ``done`` when the closing brace was consumed, ``error`` (a message) when the
@@ -43,21 +66,6 @@ class Envelope:
         self.key = ""
         self.sub: JsonScanner | StringReader | None = None
         self.seen: set[str] = set()
-
-    def scan(self, buf: str, pos: int) -> int:
-        """Consume ``buf[pos:]`` up to the end of the object."""
-        n = len(buf)
-        while pos < n and not self.done and not self.error:
-            step = self.step
-            new = step(buf, pos)
-            if new == pos and self.step is step:
-                break
-            pos = new
-        return pos
-
-    def _fail(self, message: str, pos: int) -> int:
-        self.error = message
-        return pos
 
     def _expect(self, buf: str, pos: int, chars: str) -> tuple[int, str]:
         """Skip whitespace; return (pos, char) where char is in ``chars``, "" if more text is needed."""
