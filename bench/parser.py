@@ -88,6 +88,11 @@ RENDER: dict[str, Callable[[int], str]] = {
                         "mode=420)</function_calls>\n"),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
+    "deepseek_v41": lambda i: ('<｜DSML｜ calls>\n<｜DSML｜ invoke name="write_file">\n'
+                               + _xml_params('<｜DSML｜ parameter name="{}" string="true">', "</｜DSML｜ parameter>", i)
+                               + "</｜DSML｜ invoke>\n</｜DSML｜ calls>\n"),
+    "mimo": lambda i: ("<tool_call><function=write_file>" + _xml_params("<parameter={}>", "</parameter>", i).replace("</parameter>\n", "</parameter>")
+                       + "</function></tool_call>\n"),
 }
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

@@ -39,6 +39,8 @@ _PARSERS: dict[str, str] = {
     "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
     "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
     "xlam": "workers.parser.formats.jsonfamilies:XLamParser",
+    "deepseek_v41": "workers.parser.formats.xmlfamilies:DeepSeekV41Parser",
+    "mimo": "workers.parser.formats.xmlfamilies:MiMoParser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

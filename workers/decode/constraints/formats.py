@@ -121,6 +121,12 @@ SYNTAX.update({
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),
+    "deepseek_v41": Syntax(('<｜DSML｜ invoke name="' + NAME + '">\n',), ("</｜DSML｜ invoke>\n",), "<｜DSML｜ calls>",
+                           section_open=("<｜DSML｜ calls>", "\n"), section_close=("</｜DSML｜ calls>",), args="xml",
+                           params=Params('<｜DSML｜ parameter name="' + NAME + '" string="' + STRING_FLAG + '">',
+                                         "</｜DSML｜ parameter>\n")),
+    "mimo": Syntax(("<tool_call>", "<function=" + NAME + ">"), ("</function>", "</tool_call>"), r"<tool_call>|<function=",
+                   args="xml", params=Params("<parameter=" + NAME + ">", "</parameter>")),
 })
 KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
 
