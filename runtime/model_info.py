@@ -98,6 +98,13 @@ FAMILIES: tuple[Family, ...] = (
            tokens=("<|python_tag|>",), model_types=("llama",)),
     Family("ernie45", template=("<tool_call>",), model_types=("ernie4_5_moe", "ernie4_5"), with_type=True),
     Family("hermes", template=("<tool_call>",), tokens=("<tool_call>",), model_types=("qwen2", "qwen3", "qwen3_moe")),
+    Family("deepseek_v41", template=("｜DSML｜", " calls>"), model_types=("deepseek_v41",)),  # V4's DSML, tags spaced
+    # Without a template: GLM-4.7's call format is GLM-4.7-Flash's type's and Ling 3's architecture's (its model_type,
+    # bailing_hybrid, is Ling 2.5's too); Qwen3-Coder's is Step-3.5's and 3.7's (Nemotron 3's nemotron_h is also
+    # Nemotron-H's and Nano 2's: its template decides); MiMo V2's (no template reached: vLLM's and xgrammar's mimo).
+    Family("glm45", model_types=("glm4_moe_lite", "bailing_moe_v3")),
+    Family("qwen3_coder", model_types=("step3p5", "step3p7")),
+    Family("mimo", model_types=("mimo_v2", "mimo_v2_flash")),
 )
 
 
