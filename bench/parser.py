@@ -91,6 +91,11 @@ RENDER: dict[str, Callable[[int], str]] = {
     "functiongemma": lambda i: (f"<start_function_call>call:write_file{{path:<escape>src/m{i}.py<escape>,content:<escape>"
                                 f"{ARGS_TEXT.replace(chr(92) + 'n', chr(10)).replace(chr(92), '')}<escape>,mode:420}}"
                                 "<end_function_call>\n"),
+    "deepseek_v41": lambda i: ('<｜DSML｜ calls>\n<｜DSML｜ invoke name="write_file">\n'
+                               + _xml_params('<｜DSML｜ parameter name="{}" string="true">', "</｜DSML｜ parameter>", i)
+                               + "</｜DSML｜ invoke>\n</｜DSML｜ calls>\n"),
+    "mimo": lambda i: ("<tool_call><function=write_file>" + _xml_params("<parameter={}>", "</parameter>", i).replace("</parameter>\n", "</parameter>")
+                       + "</function></tool_call>\n"),
 }
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

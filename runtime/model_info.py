@@ -101,6 +101,13 @@ FAMILIES: tuple[Family, ...] = (
     Family("hermes", model_types=("granitemoehybrid",)),  # Granite 4.0 (H and micro): hermes' <tool_call>
     # FunctionGemma's model_type is plain Gemma 3's (gemma3_text): only its own call token tells it apart
     Family("functiongemma", template=("<start_function_call>",), tokens=("<start_function_call>",)),
+    Family("deepseek_v41", template=("｜DSML｜", " calls>"), model_types=("deepseek_v41",)),  # V4's DSML, tags spaced
+    # Without a template: GLM-4.7's call format is GLM-4.7-Flash's type's and Ling 3's architecture's (its model_type,
+    # bailing_hybrid, is Ling 2.5's too); Qwen3-Coder's is Step-3.5's and 3.7's (Nemotron 3's nemotron_h is also
+    # Nemotron-H's and Nano 2's: its template decides); MiMo V2's (no template reached: vLLM's and xgrammar's mimo).
+    Family("glm45", model_types=("glm4_moe_lite", "bailing_moe_v3")),
+    Family("qwen3_coder", model_types=("step3p5", "step3p7")),
+    Family("mimo", model_types=("mimo_v2", "mimo_v2_flash")),
 )
 
 

@@ -95,6 +95,10 @@ CALLS.update({
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
     "functiongemma": ("<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3,unit:<escape>c<escape>}"
                       "<end_function_call>", ["<start_function_call>", "<end_function_call>", "<escape>"]),
+    "deepseek_v41": (_DSML.format("tool_calls").replace("｜DSML｜", "｜DSML｜ ").replace("tool_calls>", "calls>"),
+                     ["<｜DSML｜ calls>", "</｜DSML｜ calls>"]),
+    "mimo": ("<tool_call><function=get_weather><parameter=city>Paris</parameter><parameter=days>3</parameter>"
+             "<parameter=unit>c</parameter></function></tool_call>", ["<tool_call>", "</tool_call>"]),
 })
 
 
@@ -143,7 +147,8 @@ def test_an_unoffered_tool_is_refused(fmt: str, as_tokens: bool) -> None:
 _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", ">\nthree\n<"),
              "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
              "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "olmo3": ("days=3", "days='three'"), "lfm2": ("days=3", "days='three'"),
-             "functiongemma": ("days:3", "days:<escape>three<escape>")}
+             "functiongemma": ("days:3", "days:<escape>three<escape>"),
+             "deepseek_v41": (">3<", ">three<"), "mimo": (">3<", ">three<")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())

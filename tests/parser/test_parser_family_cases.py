@@ -21,6 +21,7 @@ def _dsml(block: str, params: str) -> str:
 
 _P = ('<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
       '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n')
+_P41 = _P.replace("｜DSML｜", "｜DSML｜ ")  # DeepSeek-V4.1: a space after the DSML token in every tag
 
 CASES: dict[str, list[Case]] = {
     "longcat": [
@@ -181,6 +182,29 @@ CASES: dict[str, list[Case]] = {
         Case("think_then_call", "<think>weather</think><start_function_call>call:now{}<end_function_call>",
              reasoning="weather", calls=[("now", {})], kw={"reasoning": "think"}),
         Case("truncated", "<start_function_call>call:get_weather{city:<escape>Par", invalid=[("get_weather", True)]),
+    ],
+    "deepseek_v41": [
+        Case("think_then_two", "<think>weather</think>Sure.\n\n" + _dsml(" calls", _P41 + "</｜DSML｜ invoke>\n"
+             '<｜DSML｜ invoke name="now">\n\n').replace("｜DSML｜invoke", "｜DSML｜ invoke"), reasoning="weather",
+             content="Sure.\n\n", calls=[W, ("now", {})], kw={**T, "reasoning": "think"}),
+        Case("no_string_flag", '<｜DSML｜ calls><｜DSML｜ invoke name="get_weather"><｜DSML｜ parameter name="days">3'
+             "</｜DSML｜ parameter></｜DSML｜ invoke></｜DSML｜ calls>", calls=[("get_weather", {"days": 3})], kw=T),
+        Case("v4_markup_is_text", _dsml("tool_calls", _P), content=_dsml("tool_calls", _P), kw=T),
+        Case("junk", '<｜DSML｜ calls>\n<｜DSML｜ invoke name="f">\njunk</｜DSML｜ invoke>\n</｜DSML｜ calls>ok', content="ok",
+             invalid=[("f", False)]),
+        Case("truncated", '<｜DSML｜ calls>\n<｜DSML｜ invoke name="get_weather">\n<｜DSML｜ parameter name="city" string="true">Par',
+             invalid=[("get_weather", True)], kw=T),
+    ],
+    "mimo": [
+        Case("compact", "Checking.<tool_call><function=get_weather><parameter=city>Paris</parameter><parameter=days>3"
+             "</parameter></function></tool_call>", content="Checking.", calls=[W], kw=T),
+        Case("verbatim_newlines", "<tool_call><function=get_weather><parameter=city>\nParis\n\n</parameter></function>"
+             "</tool_call>", calls=[("get_weather", {"city": "\nParis\n\n"})], kw=T),
+        Case("think_then_call", "<think>need weather</think><tool_call><function=get_weather><parameter=days>3</parameter>"
+             "</function></tool_call>", reasoning="need weather", calls=[("get_weather", {"days": 3})],
+             kw={**T, "reasoning": "think"}),
+        Case("junk", "<tool_call><function=f>junk</function></tool_call>ok", content="ok", invalid=[("f", False)]),
+        Case("truncated", "<tool_call><function=get_weather><parameter=city>Par", invalid=[("get_weather", True)], kw=T),
     ],
 }
 ALL = [(fmt, c) for fmt, cases in CASES.items() for c in cases]

@@ -129,6 +129,16 @@ CASES: dict[str, list[Case]] = {
         Case("no_args", "<tool_call>get_current_time\n</tool_call>", calls=[("get_current_time", {})]),
         Case("incomplete", "<tool_call>get_current_time\n<arg_key>a", invalid=[("get_current_time", True)]),
         Case("think_kept_when_off", "<think>x</think><tool_call>f\n</tool_call>", content="<think>x</think>", calls=[("f", {})]),
+        # GLM-4.7 (and Ling 3, its call format): no newline anywhere, a call without arguments, and the forced
+        # think span (the prompt ends in <think>) ended by the call itself
+        Case("glm47_no_args", "<tool_call>get_current_time</tool_call><tool_call>w<arg_key>n</arg_key><arg_value>2"
+             "</arg_value></tool_call>", calls=[("get_current_time", {}), ("w", {"n": 2})], kw=T),
+        Case("glm47_call_ends_forced_think", "plan it<tool_call>w<arg_key>zip</arg_key><arg_value>\n02139 </arg_value>"
+             "</tool_call>", reasoning="plan it", calls=[("w", {"zip": "\n02139 "})], kw={**T, "reasoning": "think_forced"}),
+        Case("ling3_newlines", "</think>\n<tool_call>w\n<arg_key>n</arg_key>\n<arg_value>5</arg_value>\n</tool_call>",
+             content="\n", calls=[("w", {"n": 5})], kw={**T, "reasoning": "think_forced"}),
+        Case("glm47_empty_name", "<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>ok", content="ok",
+             invalid=[("", False)]),
     ],
     "harmony": [
         Case("call", '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"location": "San Francisco"}<|call|>',

@@ -106,15 +106,21 @@ RENDER: dict[str, Render] = {
     "xlam": lambda i, n, a: f"[{_j({'name': n, 'arguments': a})}]",
     "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
     "functiongemma": lambda i, n, a: f"<start_function_call>call:{n}{_gemma(a, top=True)}<end_function_call>",
+    "deepseek_v41": lambda i, n, a: (f'<｜DSML｜ calls>\n<｜DSML｜ invoke name="{n}">\n' + "".join(
+        f'<｜DSML｜ parameter name="{k}" string="{str(isinstance(v, str)).lower()}">{_raw(v)}</｜DSML｜ parameter>\n'
+        for k, v in a.items()) + "</｜DSML｜ invoke>\n</｜DSML｜ calls>"),
+    "mimo": lambda i, n, a: (f"<tool_call><function={n}>" + "".join(
+        f"<parameter={k}>{_raw(v)}</parameter>" for k, v in a.items()) + "</function></tool_call>"),
 }
-XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3"}
+XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3", "deepseek_v41", "mimo"}
 # Prose characters that would start or end markup in a format (prose is drawn without them).
 PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_coder": "<", "minimax_m2": "<",
                 "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
                 "longcat": "<", "ernie45": "<", "internlm": "<", "jamba": "<", "hunyuan_a13b": "<", "minimax_m1": "<",
                 "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
                 "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "[",
-                "functiongemma": ""}
+                "functiongemma": "",
+                "deepseek_v41": "", "mimo": "<"}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

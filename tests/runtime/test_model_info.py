@@ -55,6 +55,12 @@ EXPECTED = {
     "ai21labs--AI21-Jamba-Mini-1.7": ("jamba", ""),
     "meituan-longcat--LongCat-Flash-Chat": ("longcat", "think"),
     "ibm-granite--granite-4.0-h-small": ("hermes", ""),
+    "zai-org--GLM-4.7-Flash": ("glm45", "think_forced"),
+    "inclusionAI--Ling-3.0-flash": ("glm45", "think_forced"),
+    "stepfun-ai--Step-3.5-Flash": ("qwen3_coder", "think_forced"),
+    "stepfun-ai--Step-3.7-Flash": ("qwen3_coder", "think_forced"),
+    "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("qwen3_coder", "think_forced"),
+    "deepseek-ai--DeepSeek-V4.1-Flash": ("deepseek_v41", "think"),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -71,7 +77,7 @@ WITH_TOOLS_REFUSED = {
 }
 # Families whose real template was not reachable (tests/runtime/model_fixtures/README.md): config.json's
 # model_type / architecture is their evidence, tested below.
-NO_TEMPLATE = {"ernie45", "step3", "functiongemma"}
+NO_TEMPLATE = {"ernie45", "step3", "functiongemma", "mimo"}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
@@ -141,12 +147,24 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("granitemoe", "GraniteMoeForCausalLM", "granite"),
     ("", "Ernie4_5ForCausalLM", "ernie45"),
     ("granitemoehybrid", "GraniteMoeHybridForCausalLM", "hermes"),
+    ("glm4_moe_lite", "Glm4MoeLiteForCausalLM", "glm45"), ("bailing_hybrid", "BailingMoeV3ForCausalLM", "glm45"),
+    ("step3p5", "Step3p5ForCausalLM", "qwen3_coder"), ("step3p7", "Step3p7ForConditionalGeneration", "qwen3_coder"),
+    ("deepseek_v41", "DeepseekV41ForCausalLM", "deepseek_v41"), ("mimo_v2", "MiMoV2ForCausalLM", "mimo"),
+    ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "mimo"),
 ])
 def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
                                                          fmt: str) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [arch]}))
     found, why, known = tool_format_of(Checkpoint.read(tmp_path))
     assert (found, known) == (fmt, True) and "config.json names" in why
+
+
+@pytest.mark.parametrize(("model_type", "arch"), [("bailing_hybrid", "BailingMoeV2_5ForCausalLM"),
+                                                   ("nemotron_h", "NemotronHForCausalLM")])
+def test_a_model_type_several_formats_share_names_none(tmp_path: Path, model_type: str, arch: str) -> None:
+    """Ling 2.5 shares Ling 3's model_type, Nemotron-H and Nano 2 share Nemotron 3's: only a template tells."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [arch]}))
+    assert tool_format_of(Checkpoint.read(tmp_path))[2] is False
 
 
 @pytest.mark.parametrize(("model_type", "fmt"), [("ernie4_5_moe", "ernie45"), ("qwen2", "hermes"), ("", "hermes")])

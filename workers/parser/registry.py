@@ -40,6 +40,8 @@ _PARSERS: dict[str, str] = {
     "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
     "xlam": "workers.parser.formats.jsonfamilies:XLamParser",
     "functiongemma": "workers.parser.formats.functiongemma:FunctionGemmaParser",
+    "deepseek_v41": "workers.parser.formats.xmlfamilies:DeepSeekV41Parser",
+    "mimo": "workers.parser.formats.xmlfamilies:MiMoParser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

@@ -124,6 +124,12 @@ SYNTAX.update({
                    args="python"),
     "functiongemma": Syntax(("<start_function_call>", "call:" + NAME + "{"), ("}", "<end_function_call>"),
                             "<start_function_call>", args="gemma", quote="<escape>"),
+    "deepseek_v41": Syntax(('<｜DSML｜ invoke name="' + NAME + '">\n',), ("</｜DSML｜ invoke>\n",), "<｜DSML｜ calls>",
+                           section_open=("<｜DSML｜ calls>", "\n"), section_close=("</｜DSML｜ calls>",), args="xml",
+                           params=Params('<｜DSML｜ parameter name="' + NAME + '" string="' + STRING_FLAG + '">',
+                                         "</｜DSML｜ parameter>\n")),
+    "mimo": Syntax(("<tool_call>", "<function=" + NAME + ">"), ("</function>", "</tool_call>"), r"<tool_call>|<function=",
+                   args="xml", params=Params("<parameter=" + NAME + ">", "</parameter>")),
 })
 KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
 

@@ -1,7 +1,7 @@
 """XML-parameter families declared on ``xmlcalls.XmlCallParser``, and the tagged Python-call families.
 
 Sources (facts read, no code taken): vLLM's ``seed_oss``, ``deepseekv32``, ``deepseekv4``, ``step3``
-``lfm2`` and ``olmo3`` tool parsers, SGLang's seed_oss / deepseekv32 / step3 detectors, and the chat templates of
+``lfm2`` and ``olmo3`` tool parsers, vLLM 0.32's ``deepseek_v41`` and ``mimo`` parsers, SGLang's seed_oss / deepseekv32 / step3 detectors, and the chat templates of
 Seed-OSS-36B-Instruct (its system prompt spells the call format out) and DeepSeek-V3.2's
 published encoding (``encoding_dsv32.py``).
 """
@@ -9,7 +9,7 @@ published encoding (``encoding_dsv32.py``).
 from __future__ import annotations
 
 from workers.parser.formats.pythonic import IDENT, T_TAGGED, PythonicParser
-from workers.parser.formats.xmlcalls import XmlCallParser
+from workers.parser.formats.xmlcalls import Qwen3CoderParser, XmlCallParser
 from workers.parser.scan import MAYBE_AT, NO_MATCH, match_literal, skip_ws
 
 
@@ -108,3 +108,22 @@ class Olmo3Parser(PythonicParser):
             return pos
         self._state = self._text
         return pos if end == NO_MATCH else end
+
+
+class DeepSeekV41Parser(DeepSeekV4Parser):
+    """DeepSeek-V4.1: DSML as V4 with a space after the DSML token in every tag (vLLM deepseek_v41, V4.1-Flash's
+    template): ``<｜DSML｜ calls>\\n<｜DSML｜ invoke name="N">\\n<｜DSML｜ parameter name="K" string="true|false">V
+    </｜DSML｜ parameter>\\n</｜DSML｜ invoke>\\n</｜DSML｜ calls>``."""
+
+    FORMAT = "deepseek_v41"
+    BLOCK_OPEN, BLOCK_CLOSE = "<｜DSML｜ calls>", "</｜DSML｜ calls>"
+    INVOKE_OPEN, INVOKE_CLOSE = '<｜DSML｜ invoke name="', "</｜DSML｜ invoke>"
+    PARAM_OPEN, PARAM_CLOSE = '<｜DSML｜ parameter name="', "</｜DSML｜ parameter>"
+
+
+class MiMoParser(Qwen3CoderParser):
+    """Xiaomi MiMo (V2.6, vLLM mimo): Qwen3-Coder's tags written compact, ``<tool_call><function=N><parameter=K>V
+    </parameter></function></tool_call>``, each value verbatim (no newline of it is template padding)."""
+
+    FORMAT = "mimo"
+    TRIM = False
