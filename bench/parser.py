@@ -62,6 +62,12 @@ def _dsml(block: str) -> Callable[[int], str]:
                       + _xml_params(params, "</｜DSML｜parameter>", i) + f"</｜DSML｜invoke>\n</｜DSML｜{block}>\n")
 
 
+def _minimax_m3(i: int) -> str:
+    ns, body = "]<]minimax[>[", ARGS_TEXT.replace("\\n", "\n").replace('\\"', '"')
+    params = "".join(f"{ns}<{k}>{v}{ns}</{k}>" for k, v in (("path", f"src/m{i}.py"), ("content", body), ("mode", "420")))
+    return f'{ns}<tool_call>\n{ns}<invoke name="write_file">{params}{ns}</invoke>\n{ns}</tool_call>\n'
+
+
 RENDER: dict[str, Callable[[int], str]] = {
     "hermes": _hermes, "qwen3_coder": _qwen3_coder, "kimi_k2": _kimi_k2,
     "longcat": lambda i: f"<longcat_tool_call>{_json_call(i)}</longcat_tool_call>\n",
@@ -88,6 +94,11 @@ RENDER: dict[str, Callable[[int], str]] = {
                         "mode=420)</function_calls>\n"),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
+    "minimax_m3": _minimax_m3,
+    "kimi_k3": lambda i: ('<|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                          + _xml_params('<|open|>argument key="{}" type="string"<|sep|>', "<|close|>argument<|sep|>", i)
+                          .replace('key="mode" type="string"', 'key="mode" type="number"')
+                          + "<|close|>call<|sep|><|close|>tools<|sep|>\n"),
 }
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

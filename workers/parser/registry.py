@@ -39,6 +39,8 @@ _PARSERS: dict[str, str] = {
     "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
     "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
     "xlam": "workers.parser.formats.jsonfamilies:XLamParser",
+    "minimax_m3": "workers.parser.formats.minimax_m3:MiniMaxM3Parser",
+    "kimi_k3": "workers.parser.formats.kimi:KimiK3Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 
