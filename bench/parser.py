@@ -62,6 +62,12 @@ def _dsml(block: str) -> Callable[[int], str]:
                       + _xml_params(params, "</｜DSML｜parameter>", i) + f"</｜DSML｜invoke>\n</｜DSML｜{block}>\n")
 
 
+def _minimax_m3(i: int) -> str:
+    ns, body = "]<]minimax[>[", ARGS_TEXT.replace("\\n", "\n").replace('\\"', '"')
+    params = "".join(f"{ns}<{k}>{v}{ns}</{k}>" for k, v in (("path", f"src/m{i}.py"), ("content", body), ("mode", "420")))
+    return f'{ns}<tool_call>\n{ns}<invoke name="write_file">{params}{ns}</invoke>\n{ns}</tool_call>\n'
+
+
 RENDER: dict[str, Callable[[int], str]] = {
     "hermes": _hermes, "qwen3_coder": _qwen3_coder, "kimi_k2": _kimi_k2,
     "longcat": lambda i: f"<longcat_tool_call>{_json_call(i)}</longcat_tool_call>\n",
@@ -96,6 +102,11 @@ RENDER: dict[str, Callable[[int], str]] = {
                                + "</｜DSML｜ invoke>\n</｜DSML｜ calls>\n"),
     "mimo": lambda i: ("<tool_call><function=write_file>" + _xml_params("<parameter={}>", "</parameter>", i).replace("</parameter>\n", "</parameter>")
                        + "</function></tool_call>\n"),
+    "minimax_m3": _minimax_m3,
+    "kimi_k3": lambda i: ('<|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                          + _xml_params('<|open|>argument key="{}" type="string"<|sep|>', "<|close|>argument<|sep|>", i)
+                          .replace('key="mode" type="string"', 'key="mode" type="number"')
+                          + "<|close|>call<|sep|><|close|>tools<|sep|>\n"),
 }
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

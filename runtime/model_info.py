@@ -91,6 +91,11 @@ FAMILIES: tuple[Family, ...] = (
            model_types=("lfm2", "lfm2_moe")),
     Family("olmo3", template=("<function_calls>",), model_types=("olmo3",)),
     Family("xlam", template=("xLAM",)),  # bare JSON lists: only the template's own name tells it apart
+    # MiniMax-M3 also writes <tool_call> (behind its marker): before hermes; minimax_m3_sparse names the
+    # MiniMaxM3Sparse* architectures (vLLM's registry), the VL checkpoint's model_type is minimax_m3_vl
+    Family("minimax_m3", template=("]<]minimax[>[",), tokens=("]<]minimax[>[",),
+           model_types=("minimax_m3_vl", "minimax_m3_text", "minimax_m3_sparse")),
+    Family("kimi_k3", template=("<|open|>", "<|sep|>", "<|close|>"), model_types=("kimi_k3",)),
     Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",),
            model_types=("mistral", "mistral3", "mixtral")),
     Family("pythonic", template=("[func_name1(",), model_types=("llama4",)),

@@ -19,6 +19,8 @@ FAMILY_THINK: dict[str, tuple[str, str]] = {
     "seed_oss": ("<seed:think>", "</seed:think>"),            # ByteDance Seed-OSS's template
     "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),      # Swiss AI Apertus's template
     "longcat": ("<longcat_think>", "</longcat_think>"),       # Meituan LongCat-Flash's template
+    "minimax_m3": ("<mm:think>", "</mm:think>"),              # MiniMax-M3's template (vLLM minimax_m3 reasoning)
+    "kimi_k3": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),  # Kimi K3's XTML think channel
 }
 
 

@@ -62,6 +62,7 @@ CALLS: dict[str, tuple[str, list[str]]] = {
                                           "<|start|>"]),
 }
 _J = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "c"}}'
+_NS = "]<]minimax[>["  # minimax_m3's tag marker (a non-special added token of its tokenizer)
 _DSML = ('<｜DSML｜{0}>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
          '</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n<｜DSML｜parameter '
          'name="unit" string="true">c</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{0}>')
@@ -99,6 +100,12 @@ CALLS.update({
                      ["<｜DSML｜ calls>", "</｜DSML｜ calls>"]),
     "mimo": ("<tool_call><function=get_weather><parameter=city>Paris</parameter><parameter=days>3</parameter>"
              "<parameter=unit>c</parameter></function></tool_call>", ["<tool_call>", "</tool_call>"]),
+    "minimax_m3": (f'{_NS}<tool_call>\n{_NS}<invoke name="get_weather">{_NS}<city>Paris{_NS}</city>{_NS}<days>3{_NS}</days>'
+                   f"{_NS}<unit>c{_NS}</unit>{_NS}</invoke>\n{_NS}</tool_call>", [_NS]),
+    "kimi_k3": ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" '
+                'type="string"<|sep|>Paris<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>3'
+                '<|close|>argument<|sep|><|open|>argument key="unit" type="string"<|sep|>c<|close|>argument<|sep|>'
+                "<|close|>call<|sep|><|close|>tools<|sep|>", ["<|open|>", "<|close|>", "<|sep|>"]),
 })
 
 
@@ -148,7 +155,8 @@ _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", 
              "minimax_m2": (">3<", ">three<"), "glm45": (">3<", ">three<"), "seed_oss": (">3<", ">three<"),
              "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "olmo3": ("days=3", "days='three'"), "lfm2": ("days=3", "days='three'"),
              "functiongemma": ("days:3", "days:<escape>three<escape>"),
-             "deepseek_v41": (">3<", ">three<"), "mimo": (">3<", ">three<")}
+             "deepseek_v41": (">3<", ">three<"), "mimo": (">3<", ">three<"),
+             "minimax_m3": ("<days>3", "<days>three"), "kimi_k3": ("<|sep|>3", "<|sep|>three")}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())
@@ -220,3 +228,60 @@ def test_seed_oss_reasons_in_its_own_span(as_tokens: bool) -> None:
     assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
     turn = parse_text("seed_oss", ok, tools=TOOLS, reasoning="think")
     assert turn.reasoning == "Weather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_kimi_k3_content_sits_in_its_response_channel(as_tokens: bool) -> None:
+    """K3 writes its answer inside ``<|open|>response<|sep|>..<|close|>response<|sep|>`` (special tokens in its
+    tokenizer): the grammar lets those wrappers around free text and a required call, never a call inside them."""
+    comp, tok = compiler(tuple(CALLS["kimi_k3"][1]) if as_tokens else ())
+    call = CALLS["kimi_k3"][0]
+
+    def violation_of(reasoning: str | None, params: dict, text: str) -> str | None:
+        c = constraint_for("kimi_k3", reasoning, TOOLS, params)
+        return comp.violation(c, tok.encode(text, add_special_tokens=False).ids)
+
+    answer = "<|open|>response<|sep|>Checking.<|close|>response<|sep|>"
+    thought = "Weather, so get_weather.<|close|>think<|sep|>"
+    assert violation_of(None, {}, answer + call + "<|close|>message<|sep|>") is None
+    assert violation_of("think_forced", {"tool_choice": "required"},
+                        thought + "<|open|>response<|sep|><|close|>response<|sep|>" + call) is None
+    assert violation_of("think_forced", {}, thought + answer) is None
+    assert violation_of(None, {"tool_choice": "none"}, answer + call) is not None
+    turn = parse_text("kimi_k3", thought + answer + call + "<|close|>message<|sep|>", reasoning="think_forced")
+    assert (turn.reasoning, turn.content, [c.name for c in turn.calls]) == ("Weather, so get_weather.", "Checking.",
+                                                                             ["get_weather"])
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_kimi_k3_types_each_argument_in_its_open_tag(as_tokens: bool) -> None:
+    """One alternative per type a parameter's schema allows; the type attribute must be that value's."""
+    comp, tok = compiler(tuple(CALLS["kimi_k3"][1]) if as_tokens else ())
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": ["integer", "null"]}}, "required": ["n"]}}}]
+    c = constraint_for("kimi_k3", None, tools, {"tool_choice": "required"})
+
+    def call(kind: str, value: str) -> list[int]:
+        return tok.encode('<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="n" '
+                          f'type="{kind}"<|sep|>{value}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>',
+                          add_special_tokens=False).ids
+
+    assert comp.violation(c, call("number", "3")) is None
+    assert comp.violation(c, call("null", "null")) is None
+    assert comp.violation(c, call("string", "3")) is not None
+    assert comp.violation(c, call("number", "null")) is not None
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_minimax_m3_writes_an_object_parameter_as_json_in_its_element(as_tokens: bool) -> None:
+    comp, tok = compiler(tuple(CALLS["minimax_m3"][1]) if as_tokens else ())
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"opts": {"type": "object", "properties": {"a": {"type": "integer"}}},
+                                         "q": {"type": "string"}}, "required": ["opts"]}}}]
+    c = constraint_for("minimax_m3", None, tools, {"tool_choice": "required"})
+    text = (f'{_NS}<tool_call>\n{_NS}<invoke name="f">{_NS}<opts>{{"a": 1}}{_NS}</opts>{_NS}<q>x < y{_NS}</q>'
+            f"{_NS}</invoke>\n{_NS}</tool_call>")
+    assert comp.violation(c, tok.encode(text, add_special_tokens=False).ids) is None
+    assert comp.violation(c, tok.encode(text.replace('{"a": 1}', '{"a": "one"}'), add_special_tokens=False).ids)
+    turn = parse_text("minimax_m3", text, tools=tools)
+    assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [("f", {"opts": {"a": 1}, "q": "x < y"})]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from parser_harness import Case, check_case
 
-from workers.parser import parse_text
+from schemas.events import ToolCallArgs
+from workers.parser import collect, make_parser, parse_text
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}, "opts": {"type": "object"}}}}}]
@@ -22,6 +23,31 @@ def _dsml(block: str, params: str) -> str:
 _P = ('<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
       '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n')
 _P41 = _P.replace("｜DSML｜", "｜DSML｜ ")  # DeepSeek-V4.1: a space after the DSML token in every tag
+
+NS = "]<]minimax[>["  # minimax_m3's tag marker
+ORDER = [{"type": "function", "function": {"name": "create_order", "parameters": {"type": "object", "properties": {
+    "user_id": {"type": "integer"}, "note": {"type": "string"}, "meta": {"type": "object"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"},
+                                                                        "qty": {"type": "integer"}}}}}}}}]
+
+
+def _m3(body: str, name: str = '"create_order"') -> str:
+    return f"{NS}<tool_call>\n{NS}<invoke name={name}>{body}{NS}</invoke>\n{NS}</tool_call>"
+
+
+def _el(key: str, value: str) -> str:
+    return f"{NS}<{key}>{value}{NS}</{key}>"
+
+
+def _k3(*calls: str) -> str:
+    return "<|open|>tools<|sep|>" + "".join(calls) + "<|close|>tools<|sep|>"
+
+
+def _k3_call(name: str, *args: tuple[str, str, str]) -> str:
+    body = "".join(f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>' for k, t, v in args)
+    return f'<|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|>'
+
 
 CASES: dict[str, list[Case]] = {
     "longcat": [
@@ -206,6 +232,73 @@ CASES: dict[str, list[Case]] = {
         Case("junk", "<tool_call><function=f>junk</function></tool_call>ok", content="ok", invalid=[("f", False)]),
         Case("truncated", "<tool_call><function=get_weather><parameter=city>Par", invalid=[("get_weather", True)], kw=T),
     ],
+    "minimax_m3": [
+        # the shape of vLLM's minimax_m3 docstring: elements named after arguments, nested, typed by the schema
+        Case("nested", "I will order." + _m3(_el("user_id", "42") + "\n" + _el("items", _el("item", _el("sku", "book-001")
+             + _el("qty", "2"))) + _el("tags", _el("item", "a") + _el("item", "b")) + _el("note", "a < b & </x>\n")) + "Done.",
+             content="I will order.Done.", calls=[("create_order", {"user_id": 42, "items": [{"sku": "book-001", "qty": 2}],
+                                                                    "tags": ["a", "b"], "note": "a < b & </x>\n"})],
+             exact_args=['{"user_id": 42, "items": [{"sku": "book-001", "qty": 2}], "tags": ["a", "b"], '
+                         '"note": "a < b & </x>\\n"}'], kw={"tools": ORDER}),
+        Case("array_names_free", _m3(_el("tags", _el("t", "x") + _el("t", "y"))), calls=[("create_order", {"tags": ["x", "y"]})],
+             kw={"tools": ORDER}),
+        Case("repeated_child_is_a_list", _m3(_el("meta", _el("k", "1") + _el("k", "2") + _el("j", "z"))),
+             calls=[("create_order", {"meta": {"k": [1, 2], "j": "z"}})], kw={"tools": ORDER}),
+        Case("empty_containers", _m3(_el("items", "") + _el("meta", "") + _el("note", "")),
+             calls=[("create_order", {"items": [], "meta": {}, "note": ""})], kw={"tools": ORDER}),
+        Case("json_in_element", _m3(_el("items", '[{"sku": "s", "qty": 1}]')),
+             calls=[("create_order", {"items": [{"sku": "s", "qty": 1}]})], kw={"tools": ORDER}),
+        Case("two_invokes_quotes", f"{NS}<tool_call>\n{NS}<invoke name='get_weather'>{_el('city', 'Paris')}"
+             f"{_el('days', '3')}{NS}</invoke>\n{NS}<invoke name=now>{NS}</invoke>\n{NS}</tool_call>",
+             calls=[W, ("now", {})], kw=T),
+        Case("unknown_tool", _m3(_el("a", "1") + _el("b", _el("c", "x")), '"mystery"'), calls=[("mystery", {"a": 1, "b": {"c": "x"}})]),
+        Case("think_closer_dropped", "</mm:think>Sure." + _m3(_el("user_id", "7")), content="Sure.",
+             calls=[("create_order", {"user_id": 7})], kw={"tools": ORDER}),
+        Case("think", "<mm:think>plan</mm:think>ok" + _m3(""), reasoning="plan", content="ok", calls=[("create_order", {})],
+             kw={"reasoning": "think"}),
+        Case("mismatched_close", _m3(_el("items", f"{NS}<item>{NS}<sku>s{NS}</item>")) + "after", content="after",
+             invalid=[("create_order", False)], kw={"tools": ORDER}),
+        Case("given_twice", _m3(_el("user_id", "1") + _el("user_id", "2")), invalid=[("create_order", False)], kw={"tools": ORDER}),
+        Case("element_in_string", _m3(_el("note", _el("b", "x"))), invalid=[("create_order", False)], kw={"tools": ORDER}),
+        Case("text_beside_children", _m3(_el("meta", "hi" + _el("k", "1"))), invalid=[("create_order", False)],
+             kw={"tools": ORDER}),
+        Case("not_an_invoke", f"{NS}<tool_call>hello{NS}</tool_call>after", content="after", invalid=[("", False)]),
+        Case("text_between_params", _m3(_el("user_id", "1") + "oops" + _el("note", "x")), invalid=[("create_order", False)],
+             kw={"tools": ORDER}),
+        Case("unclosed_invoke_then_block_close", f"{NS}<tool_call>{NS}<invoke name=\"f\">{_el('a', '1')}{NS}</tool_call>x",
+             content="x", invalid=[("f", False)]),
+        Case("truncated", _m3(_el("note", "par"))[:-40], invalid=[("create_order", True)], kw={"tools": ORDER}),
+    ],
+    "kimi_k3": [
+        # what the model writes after its think channel (vLLM's kimi_k3 parsers, llama.cpp's Kimi-K3 template)
+        Case("channels", "weather, so call it<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>"
+             + _k3(_k3_call("get_weather", ("city", "string", "Paris"), ("days", "number", "3")))
+             + "<|close|>message<|sep|><|end_of_msg|>", reasoning="weather, so call it", content="Checking.", calls=[W],
+             kw={"reasoning": "think_forced"}),
+        Case("typed", _k3(_k3_call("f", ("s", "string", ' "raw"\n<b> '), ("n", "number", "1e2"), ("b", "boolean", "true"),
+                                   ("z", "null", "null"), ("o", "object", '{"a": [1]}'), ("l", "array", "[]"))),
+             calls=[("f", {"s": ' "raw"\n<b> ', "n": 100.0, "b": True, "z": None, "o": {"a": [1]}, "l": []})],
+             exact_args=['{"s": " \\"raw\\"\\n<b> ", "n": 1e2, "b": true, "z": null, "o": {"a": [1]}, "l": []}']),
+        Case("not_json_is_a_string", _k3(_k3_call("f", ("n", "number", "three"))), calls=[("f", {"n": "three"})]),
+        Case("no_type_is_a_string", _k3('<|open|>call tool="f"<|sep|><|open|>argument key="n"<|sep|>3<|close|>argument<|sep|>'
+                                        "<|close|>call<|sep|>"), calls=[("f", {"n": "3"})]),
+        Case("escaped_attributes", _k3(_k3_call("a&amp;b", ("k&quot;1", "string", "v"))), calls=[("a&b", {'k"1': "v"})]),
+        Case("two_calls_no_args", _k3(_k3_call("now"), _k3_call("get_weather", ("city", "string", "Paris"),
+                                                                 ("days", "number", "3"))), calls=[("now", {}), W]),
+        Case("json_block", _k3('<|open|>call tool="f" index="1"<|sep|><|open|>json type="object"<|sep|>{"a": {"b": 1}}'
+                               "<|close|>json<|sep|><|close|>call<|sep|>"), calls=[("f", {"a": {"b": 1}})]),
+        Case("json_block_not_an_object", _k3('<|open|>call tool="f"<|sep|><|open|>json type="object"<|sep|>[1]'
+                                             "<|close|>json<|sep|><|close|>call<|sep|>"), invalid=[("f", False)]),
+        Case("json_after_argument", _k3('<|open|>call tool="f"<|sep|><|open|>argument key="a" type="string"<|sep|>x'
+                                        '<|close|>argument<|sep|><|open|>json type="object"<|sep|>{}<|close|>json<|sep|>'
+                                        "<|close|>call<|sep|>") + "ok", content="ok", invalid=[("f", False)]),
+        Case("no_tool_attribute", _k3('<|open|>call index="1"<|sep|><|close|>call<|sep|>'), invalid=[("", False)]),
+        Case("text_in_call", _k3('<|open|>call tool="f"<|sep|>oops<|close|>call<|sep|>', _k3_call("now")),
+             calls=[("now", {})], invalid=[("f", False)]),
+        Case("no_key", _k3('<|open|>call tool="f"<|sep|><|open|>argument type="string"<|sep|>x<|close|>argument<|sep|>'
+                           "<|close|>call<|sep|>"), invalid=[("f", False)]),
+        Case("truncated", _k3(_k3_call("f", ("s", "string", "abc")))[:-45], invalid=[("f", True)]),
+    ],
 }
 ALL = [(fmt, c) for fmt, cases in CASES.items() for c in cases]
 
@@ -218,3 +311,27 @@ def test_family_case(fmt: str, case: Case) -> None:
 def test_dsml_string_flag_is_not_part_of_the_key() -> None:
     turn = parse_text("deepseek_v32", _dsml("function_calls", _P))
     assert [c.arguments for c in turn.calls] == ['{"city": "Paris", "days": 3}']
+
+
+def _args_so_far(events: list) -> str:
+    return "".join(e.delta for e in events if isinstance(e, ToolCallArgs))
+
+
+def test_minimax_m3_streams_a_string_parameter_and_writes_others_when_they_close() -> None:
+    p = make_parser("minimax_m3", tools=ORDER)
+    events = p.feed(f'{NS}<tool_call>\n{NS}<invoke name="create_order">{NS}<note>line one\n')
+    events += p.feed(f"line two{NS}</note>{NS}<items>{NS}<item>{NS}<sku>s")
+    assert _args_so_far(events) == '{"note": "line one\\nline two"'  # the array waits for its element to close
+    events += p.feed(f"{NS}</sku>{NS}</item>{NS}</items>")
+    assert _args_so_far(events) == '{"note": "line one\\nline two", "items": [{"sku": "s"}]'
+    events += p.feed(f"{NS}</invoke>\n{NS}</tool_call>") + p.finish()
+    assert collect(events).calls[0].arguments == '{"note": "line one\\nline two", "items": [{"sku": "s"}]}'
+
+
+def test_kimi_k3_streams_a_string_argument() -> None:
+    p = make_parser("kimi_k3")
+    events = p.feed('<|open|>tools<|sep|><|open|>call tool="w" index="1"<|sep|><|open|>argument key="text" type="string"<|sep|>'
+                    "part one <|")
+    assert _args_so_far(events) == '{"text": "part one '  # "<|" may begin the close marker: held
+    events += p.feed("x|> two<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>") + p.finish()
+    assert collect(events).calls[0].arguments == '{"text": "part one <|x|> two"}'

@@ -71,7 +71,8 @@ def test_truncated_everywhere_never_ready(fmt: str) -> None:
     end = {"deepseek_v3": "<｜tool▁call▁end｜>", "deepseek_v31": "<｜tool▁call▁end｜>", "kimi_k2": "<|tool_call_end|>",
            "qwen3_coder": "</function>", "minimax_m2": "</invoke>", "seed_oss": "</function>",
            "deepseek_v32": "</｜DSML｜invoke>", "deepseek_v4": "</｜DSML｜invoke>", "step3": "<｜tool_call_end｜>",
-           "deepseek_v41": "</｜DSML｜ invoke>", "mimo": "</function>"}.get(fmt)
+           "deepseek_v41": "</｜DSML｜ invoke>", "mimo": "</function>",
+           "minimax_m3": "]<]minimax[>[</invoke>", "kimi_k3": "<|close|>call<|sep|>"}.get(fmt)
     last = text.index(end) + len(end) - 1 if end else len(text) - 1
     ready_at = {"jamba": "}]", "cohere_command": "}]", "granite": "}]", "phi4_mini_json": "}]", "apertus": "}]", "olmo3": ")<", "xlam": "}]", "lfm2": ")]",
                 "hunyuan_a13b": "}\n]", "minimax_m1": "}\n<"}.get(fmt)  # a listed call is ready at its own close

@@ -60,6 +60,15 @@ def _dsml(block: str, n: str, a: dict[str, Any]) -> str:
     return f'<｜DSML｜{block}>\n<｜DSML｜invoke name="{n}">\n{params}</｜DSML｜invoke>\n</｜DSML｜{block}>'
 
 
+_NS = "]<]minimax[>["  # minimax_m3's tag marker
+
+
+def _xtml_type(v: Any) -> str:
+    """The ``type`` attribute Kimi K3's template writes for a value."""
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}[type(v)]
+
+
 def _xml_ok(v: Any) -> bool:
     return not isinstance(v, str) or "</" not in v
 
@@ -111,8 +120,14 @@ RENDER: dict[str, Render] = {
         for k, v in a.items()) + "</｜DSML｜ invoke>\n</｜DSML｜ calls>"),
     "mimo": lambda i, n, a: (f"<tool_call><function={n}>" + "".join(
         f"<parameter={k}>{_raw(v)}</parameter>" for k, v in a.items()) + "</function></tool_call>"),
+    "minimax_m3": lambda i, n, a: (f'{_NS}<tool_call>\n{_NS}<invoke name="{n}">' + "".join(
+        f"{_NS}<{k}>{_raw(v)}{_NS}</{k}>" for k, v in a.items()) + f"{_NS}</invoke>\n{_NS}</tool_call>"),
+    "kimi_k3": lambda i, n, a: (f'<|open|>tools<|sep|><|open|>call tool="{n}" index="{i + 1}"<|sep|>' + "".join(
+        f'<|open|>argument key="{k}" type="{_xtml_type(v)}"<|sep|>{_raw(v)}<|close|>argument<|sep|>' for k, v in a.items())
+                                + "<|close|>call<|sep|><|close|>tools<|sep|>"),
 }
-XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3", "deepseek_v41", "mimo"}
+XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3", "deepseek_v41", "mimo",
+       "minimax_m3"}
 # Prose characters that would start or end markup in a format (prose is drawn without them).
 PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_coder": "<", "minimax_m2": "<",
                 "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
@@ -120,7 +135,8 @@ PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_cod
                 "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
                 "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "[",
                 "functiongemma": "",
-                "deepseek_v41": "", "mimo": "<"}
+                "deepseek_v41": "", "mimo": "<",
+                "minimax_m3": "", "kimi_k3": ""}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

@@ -61,6 +61,8 @@ EXPECTED = {
     "stepfun-ai--Step-3.7-Flash": ("qwen3_coder", "think_forced"),
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("qwen3_coder", "think_forced"),
     "deepseek-ai--DeepSeek-V4.1-Flash": ("deepseek_v41", "think"),
+    "MiniMaxAI--MiniMax-M3": ("minimax_m3", "think"),
+    "moonshotai--Kimi-K3": ("kimi_k3", "think_forced"),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -151,6 +153,8 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("step3p5", "Step3p5ForCausalLM", "qwen3_coder"), ("step3p7", "Step3p7ForConditionalGeneration", "qwen3_coder"),
     ("deepseek_v41", "DeepseekV41ForCausalLM", "deepseek_v41"), ("mimo_v2", "MiMoV2ForCausalLM", "mimo"),
     ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "mimo"),
+    ("minimax_m3_vl", "MiniMaxM3SparseForConditionalGeneration", "minimax_m3"), ("", "MiniMaxM3SparseForCausalLM", "minimax_m3"),
+    ("kimi_k3", "KimiK3ForConditionalGeneration", "kimi_k3"), ("", "KimiK3ForConditionalGeneration", "kimi_k3"),
 ])
 def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
                                                          fmt: str) -> None:
@@ -246,3 +250,13 @@ def _with_call(source: str, specials: dict[str, str], user: dict) -> str:
         if out.count("Paris") > 1:  # the user's message names it once; the call is written too
             return out
     return out  # the template writes no call (PAST_CALL_OTHERWISE says which do not)
+
+
+def test_minimax_m3s_marker_token_names_it_and_its_think_token_the_reasoning(tmp_path: Path) -> None:
+    """MiniMax-M3's tag marker is an added token of its tokenizer, as ``<mm:think>`` is."""
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}",
+        "added_tokens_decoder": {"7": {"content": "]<]minimax[>[", "special": False},
+                                 "8": {"content": "<mm:think>", "special": False}}}))
+    inf = infer(tmp_path)
+    assert (inf.tool_format, inf.reasoning) == ("minimax_m3", "think")

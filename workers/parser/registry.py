@@ -42,6 +42,8 @@ _PARSERS: dict[str, str] = {
     "functiongemma": "workers.parser.formats.functiongemma:FunctionGemmaParser",
     "deepseek_v41": "workers.parser.formats.xmlfamilies:DeepSeekV41Parser",
     "mimo": "workers.parser.formats.xmlfamilies:MiMoParser",
+    "minimax_m3": "workers.parser.formats.minimax_m3:MiniMaxM3Parser",
+    "kimi_k3": "workers.parser.formats.kimi:KimiK3Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

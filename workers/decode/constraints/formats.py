@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 NAME = "\x00"  # stands for the tool's name in call_open
 STRING_FLAG = "\x01"  # in Params.open: "true" for a string-typed parameter, else "false" (DSML)
+XTML_TYPE = "\x02"  # in Params.open: the value's XTML type, string/number/boolean/null/object/array (kimi_k3)
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Params:
     """XML-style parameters: ``open(key) value close`` each, values typed by the schema."""
 
     open: str  # with NAME standing for the parameter's key
-    close: str
+    close: str  # NAME here too where the close tag names the key (minimax_m3)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Syntax:
     args: str = "json"  # "json" | "xml" | "python" | "gemma" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
     quote: str = ""  # args == "gemma": the token around every string
+    index_end: tuple[str, ...] = ()  # what follows the index (default: kimi_k2's KIMI_INDEX_OPEN)
+    content_marks: tuple[str, ...] = ()  # the format's content wrappers, allowed around free text (kimi_k3)
 
 
 _DS_CALL, _DS_SEP, _DS_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
@@ -72,6 +75,7 @@ SYNTAX: dict[str, Syntax] = {
                            section_open=("<｜tool▁calls▁begin｜>",), section_close=("<｜tool▁calls▁end｜>",)),
 }
 _JSON_CALL = '{"name": "' + NAME + '", "arguments": '
+_M3 = "]<]minimax[>["  # minimax_m3's tag marker
 _DSML_PARAMS = Params('<｜DSML｜parameter name="' + NAME + '" string="' + STRING_FLAG + '">', "</｜DSML｜parameter>\n")
 
 
@@ -130,6 +134,16 @@ SYNTAX.update({
                                          "</｜DSML｜ parameter>\n")),
     "mimo": Syntax(("<tool_call>", "<function=" + NAME + ">"), ("</function>", "</tool_call>"), r"<tool_call>|<function=",
                    args="xml", params=Params("<parameter=" + NAME + ">", "</parameter>")),
+    # object and array parameters are written as JSON inside their element (the parser reads nested elements too)
+    "minimax_m3": Syntax((_M3 + '<invoke name="' + NAME + '">',), (_M3 + "</invoke>\n",), r"\]<\]minimax\[>\[",
+                         section_open=(_M3 + "<tool_call>", "\n"), section_close=(_M3 + "</tool_call>",), args="xml",
+                         params=Params(_M3 + "<" + NAME + ">", _M3 + "</" + NAME + ">")),
+    "kimi_k3": Syntax(('<|open|>call tool="' + NAME + '" index="',), ("<|close|>call<|sep|>",),
+                      r"<\|open\|>tools<\|sep\|>|<\|open\|>call ", section_open=("<|open|>tools<|sep|>",),
+                      section_close=("<|close|>tools<|sep|>",), index=True, index_end=('"<|sep|>',), args="xtml",
+                      params=Params('<|open|>argument key="' + NAME + '" type="' + XTML_TYPE + '"<|sep|>',
+                                    "<|close|>argument<|sep|>"),
+                      content_marks=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")),
 })
 KIMI_INDEX_OPEN = ("<|tool_call_argument_begin|>",)
 

@@ -11,7 +11,9 @@ that does not contain a call opener (``Syntax.opener_re``), so a call can
 only begin inside ``section``, whose rules name an offered tool and hold the arguments to its
 schema.  A text opener is matched as part of one lexeme ``PRE_i = SAFE + head of call i`` (text
 lexemes are greedy: a separate opener lexeme after SAFE would never be reached).  Added tokens
-(``<[id]>``) never occur in text, so a token opener needs no such care.
+(``<[id]>``) never occur in text, so a token opener needs no such care.  A format whose content
+sits in wrappers that are added tokens (``Syntax.content_marks``: kimi_k3) gets them around SAFE
+(``free``) and, under REQUIRED, before and after its section.
 """
 
 from __future__ import annotations
@@ -37,20 +39,34 @@ def to_lark(c: Constraint, added: dict[str, int]) -> str:
         raise ConstraintError(f"tool format {c.format!r} has no call grammar")
     rules = [_SAFE.format(syntax.opener_re), r"WS: /[ \t\n]{0,4}/"]  # bounded: a model must not pad forever
     think = _think(c, p, rules, syntax.opener_re, think_markers(c.format))
+    free, marks = _free(syntax, p, rules)
     if c.calls is Calls.FORBIDDEN:
-        start = "WS answer" if c.answer_schema is not None else "SAFE"
+        start = "WS answer" if c.answer_schema is not None else free
     elif c.calls is Calls.REQUIRED or c.answer_schema is not None:
-        start = "WS section" if c.calls is Calls.REQUIRED else "WS (answer | section)"
+        start = f"WS {marks}section {marks}" if c.calls is Calls.REQUIRED else "WS (answer | section)"
         rules += _section(c, syntax, p)
-    elif p.is_text(syntax.section_open[0] if syntax.section_open else syntax.call_open[0]):
+    elif p.text_lead(syntax.section_open[0] if syntax.section_open else syntax.call_open[0])[0]:
         start = "pre_call* SAFE"
         rules += _text_triggered(c, syntax, p)
     else:
-        start = "SAFE (section SAFE)*"
+        start = f"{free} (section {free})*"
         rules += _section(c, syntax, p)
     if c.answer_schema is not None:
         rules.append(f"answer: {json_rule(c.answer_schema)}")
     return _grammar([f"start: {think} {start}"] + rules)
+
+
+def _free(s: Syntax, p: Pieces, rules: list[str]) -> tuple[str, str]:
+    """(free text, the format's content wrappers around a required section): ``SAFE`` (which holds the
+    wrappers when they are text), or where they are added tokens (kimi_k3's ``<|open|>response<|sep|>``),
+    SAFE with those wrappers anywhere around it."""
+    if not s.content_marks:
+        return "SAFE", ""
+    rules.append(f"mark: {' | '.join(p.expr(m) for m in s.content_marks)}")
+    if p.is_text("".join(s.content_marks)):
+        return "SAFE", "mark* "
+    rules.append("free: SAFE (mark SAFE)*")
+    return "free", "mark* "
 
 
 def _grammar(rules: list[str]) -> str:
@@ -70,16 +86,15 @@ def _text_triggered(c: Constraint, s: Syntax, p: Pieces) -> list[str]:
     rules = [f"pre_call: {' | '.join(f'PRE_{i} rest_{i}' for i in range(len(c.tools)))}"]
     for i, tool in enumerate(c.tools):
         head = "".join(piece.replace(NAME, tool.name) for piece in s.section_open + s.call_open)
-        if not p.is_text(head):
-            raise ConstraintError(f"format {c.format}: a call head mixes text and added tokens ({head!r})")
-        rules += [f"PRE_{i}: SAFE {lit(head)}", f"rest_{i}: args_of_{i} {more} {p.expr(*s.section_close)}"]
+        lead, rest = p.text_lead(head)  # the text up to an added token (minimax_m3's marker as text) is the lexeme's
+        rules += [f"PRE_{i}: SAFE {lit(lead)}", f"rest_{i}: {p.expr(rest)} args_of_{i} {more} {p.expr(*s.section_close)}"]
     return rules + _calls(c, s, p)
 
 
 def _calls(c: Constraint, s: Syntax, p: Pieces) -> list[str]:
     """``call``: one of the offered tools, its head, (kimi's index,) arguments and close."""
     rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(c.tools)))}"]
-    index = f"/[0-9]+/ {p.expr(*KIMI_INDEX_OPEN)} " if s.index else ""
+    index = f"/[0-9]+/ {p.expr(*(s.index_end or KIMI_INDEX_OPEN))} " if s.index else ""
     for i, tool in enumerate(c.tools):
         args, extra = arguments(tool, i, s, p)
         head = p.expr(*(piece.replace(NAME, tool.name) for piece in s.call_open))

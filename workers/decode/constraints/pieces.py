@@ -29,6 +29,11 @@ class Pieces:
         """True when ``text`` contains no added token (it can be part of a text lexeme)."""
         return self._split is None or self._split.search(text) is None
 
+    def text_lead(self, text: str) -> tuple[str, str]:
+        """(the text of ``text`` before its first added token, the rest)."""
+        m = self._split.search(text) if self._split is not None else None
+        return (text, "") if m is None else (text[:m.start()], text[m.start():])
+
     def until(self, name: str, close: str, avoid_re: str = "") -> tuple[str, str]:
         """(symbol, rule): text up to and including the first ``close``, never matching ``avoid_re``.
 

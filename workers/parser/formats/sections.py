@@ -1,9 +1,10 @@
-"""Special-token section formats: deepseek_v3, deepseek_v31, kimi_k2 share this shape.
+"""Special-token section formats: deepseek_v3, deepseek_v31, kimi_k2, kimi_k3 share this shape.
 
     text <SECTION_BEGIN> <CALL_BEGIN> head <HEAD_END> {json} <CALL_END> ... <SECTION_END> text
 
-The head (name, or type+name, or a native id) is read up to ``HEAD_END``; the arguments are
-one JSON value streamed by the shared scanner; ``CALL_END`` makes the call ready.  A call
+The head (name, or type+name, or a native id, or attributes) is read up to ``HEAD_END``; the
+arguments are one JSON value streamed by the shared scanner (kimi_k3: argument elements);
+``CALL_END`` makes the call ready.  A call
 begin without a section begin is accepted too.  Inside a section, whitespace after a marker
 is dropped and any other stray text is content.
 """
@@ -27,12 +28,13 @@ class SectionParser(FormatParser):
     CALL_BEGIN = ""
     CALL_END = ""
     HEAD_END = ""
+    STRAY_ALSO: tuple[str, ...] = ()  # other markup dropped outside a call
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
         if cls.CALL_BEGIN:
             cls.START_MARKERS = {**{m: T_SECTION for m in cls.SECTION_BEGIN}, cls.CALL_BEGIN: T_CALL}
-            cls.STRAY_MARKERS = (*cls.SECTION_END, cls.CALL_END)
+            cls.STRAY_MARKERS = (*cls.SECTION_END, cls.CALL_END, *cls.STRAY_ALSO)
             cls.RECOVER_MARKERS = {cls.CALL_END: T_CLOSE, cls.CALL_BEGIN: T_CALL,
                                    **{m: T_SECTION_END for m in cls.SECTION_END}}
 
