@@ -90,6 +90,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("lfm2", template=("<|tool_call_start|>",), tokens=("<|tool_call_start|>",),
            model_types=("lfm2", "lfm2_moe")),
     Family("olmo3", template=("<function_calls>",), model_types=("olmo3",)),
+    # Gemma 4: gemma4 (Gemma4ForConditionalGeneration), gemma4_text (Gemma4ForCausalLM), gemma4_unified
+    Family("gemma4", template=("<|tool_call>call:",), tokens=("<|tool_call>",),
+           model_types=("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")),
     Family("xlam", template=("xLAM",)),  # bare JSON lists: only the template's own name tells it apart
     Family("mistral", template=("[TOOL_CALLS]",), tokens=("[TOOL_CALLS]",),
            model_types=("mistral", "mistral3", "mixtral")),

@@ -19,6 +19,9 @@ FAMILY_THINK: dict[str, tuple[str, str]] = {
     "seed_oss": ("<seed:think>", "</seed:think>"),            # ByteDance Seed-OSS's template
     "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),      # Swiss AI Apertus's template
     "longcat": ("<longcat_think>", "</longcat_think>"),       # Meituan LongCat-Flash's template
+    # Google Gemma 4's thought channel: its template writes "<|channel>thought\n...<channel|>"; the span
+    # opens at the channel's name, as llama.cpp reads it, so the label's newline begins the reasoning
+    "gemma4": ("<|channel>thought", "<channel|>"),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,19 @@ def _py(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_py(x) for x in v) + "]"
     return repr(v)
+
+
+def _gemma(v: Any) -> str:
+    """Gemma 4's argument syntax, as its template's ``format_argument`` writes it; a key that would not
+    read back bare is quoted as a string (as the template's ``escape_keys`` does)."""
+    if isinstance(v, str):
+        return f'<|"|>{v}<|"|>'
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k if re.fullmatch(r'[A-Za-z0-9_]+', k) else _gemma(k)}:{_gemma(x)}"
+                              for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_gemma(x) for x in v) + "]"
+    return _j(v)
 
 
 def _raw(v: Any) -> str:
@@ -95,6 +109,7 @@ RENDER: dict[str, Render] = {
     "apertus": lambda i, n, a: f"<|tools_prefix|>[{_j({n: a})}]<|tools_suffix|>",
     "olmo3": lambda i, n, a: "<function_calls>" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")</function_calls>",
     "xlam": lambda i, n, a: f"[{_j({'name': n, 'arguments': a})}]",
+    "gemma4": lambda i, n, a: f"<|tool_call>call:{n}{_gemma(a)}<tool_call|>",
     "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
 }
 XML = {"qwen3_coder", "minimax_m2", "glm45", "seed_oss", "deepseek_v32", "deepseek_v4", "step3"}
@@ -103,7 +118,7 @@ PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_cod
                 "glm45": "<", "hermes": "<", "mistral": "[", "deepseek_v3": "", "deepseek_v31": "", "kimi_k2": "<",
                 "longcat": "<", "ernie45": "<", "internlm": "<", "jamba": "<", "hunyuan_a13b": "<", "minimax_m1": "<",
                 "cohere_command": "<", "granite": "<", "phi4_mini_json": "", "seed_oss": "<", "deepseek_v32": "",
-                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "["}
+                "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "[", "gemma4": "<"}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

@@ -46,4 +46,4 @@ def test_formats_list() -> None:
     assert set(FORMATS) == {"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "deepseek_v3", "deepseek_v31",
                             "kimi_k2", "glm45", "harmony", "minimax_m2", "longcat", "ernie45", "internlm", "jamba",
                             "hunyuan_a13b", "minimax_m1", "cohere_command", "granite", "phi4_mini_json", "seed_oss",
-                            "deepseek_v32", "deepseek_v4", "lfm2", "gigachat3", "step3", "apertus", "olmo3", "xlam"}
+                            "deepseek_v32", "deepseek_v4", "lfm2", "gigachat3", "step3", "apertus", "olmo3", "xlam", "gemma4"}

@@ -54,6 +54,7 @@ EXPECTED = {
     "deepseek-ai--DeepSeek-V4-Flash": ("deepseek_v4", "think"),
     "ai21labs--AI21-Jamba-Mini-1.7": ("jamba", ""),
     "meituan-longcat--LongCat-Flash-Chat": ("longcat", "think"),
+    "google--gemma-4-31B-it": ("gemma4", "think"),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -139,6 +140,8 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("step3_vl", "Step3VLForConditionalGeneration", "step3"), ("deepseek_v4", "", "deepseek_v4"),
     ("granitemoe", "GraniteMoeForCausalLM", "granite"),
     ("", "Ernie4_5ForCausalLM", "ernie45"),
+    ("gemma4_text", "Gemma4ForCausalLM", "gemma4"), ("", "Gemma4ForConditionalGeneration", "gemma4"),
+    ("gemma4_unified", "Gemma4UnifiedForConditionalGeneration", "gemma4"),
 ])
 def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
                                                          fmt: str) -> None:

@@ -39,6 +39,7 @@ _PARSERS: dict[str, str] = {
     "apertus": "workers.parser.formats.jsonfamilies:ApertusParser",
     "olmo3": "workers.parser.formats.xmlfamilies:Olmo3Parser",
     "xlam": "workers.parser.formats.jsonfamilies:XLamParser",
+    "gemma4": "workers.parser.formats.gemma4:Gemma4Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

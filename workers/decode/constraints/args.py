@@ -3,6 +3,7 @@
     json    %json <the tool's schema>                      (hermes, llama3_json, mistral, kimi, deepseek, harmony)
     xml     open(key) value close, per declared parameter  (qwen3_coder, minimax_m2, glm45)
     python  key=literal, ... in schema order               (pythonic)
+    gemma   {key:value,...} in Gemma 4's syntax            (gemma4; see gemma.py)
 
 XML and Python parameters come in schema order; required ones must appear, optional ones may.
 Values: a plain string is bare text up to the close tag (XML) or a quoted literal (Python);
@@ -17,6 +18,7 @@ import json
 from typing import Any
 
 from workers.decode.constraints.formats import NAME, STRING_FLAG, Params, Syntax
+from workers.decode.constraints.gemma import arguments as gemma_arguments
 from workers.decode.constraints.pieces import Pieces, json_rule, lit
 from workers.decode.constraints.spec import ToolSpec
 
@@ -31,6 +33,8 @@ def arguments(tool: ToolSpec, i: int, s: Syntax, p: Pieces) -> tuple[str, list[s
         return _xml(tool, s.params, p)
     if s.args == "python":
         return _python(tool, i)
+    if s.args == "gemma":
+        return gemma_arguments(tool.parameters, i, p)
     return f"args_{i}", [f"args_{i}: {json_rule(tool.parameters)}"]
 
 

@@ -37,7 +37,7 @@ class Syntax:
     section_close: tuple[str, ...] = ()
     joiner: tuple[str, ...] = ()
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
-    args: str = "json"  # "json" | "xml" | "python" (see args.py)
+    args: str = "json"  # "json" | "xml" | "python" | "gemma" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
 
 
@@ -118,6 +118,7 @@ SYNTAX.update({
                    section_close=("]",), joiner=(", ",)),
     "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),
                     section_close=("</function_calls>",), joiner=("\n",), args="python"),
+    "gemma4": Syntax(("<|tool_call>", "call:" + NAME), ("<tool_call|>",), r"<\|tool_call>", args="gemma"),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),
