@@ -92,6 +92,8 @@ RENDER: dict[str, Callable[[int], str]] = {
     "xlam": lambda i: f"[{_json_call(i)}]\n",
     "olmo3": lambda i: (f"<function_calls>write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                         "mode=420)</function_calls>\n"),
+    "gemma4": lambda i: ('<|tool_call>call:write_file{path:<|"|>src/m' + str(i) + '.py<|"|>,content:<|"|>'
+                         + ARGS_TEXT.replace("\\n", "\n").replace('\\"', '"') + '<|"|>,mode:420}<tool_call|>\n'),
     "lfm2": lambda i: (f"<|tool_call_start|>[write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', "
                        "mode=420)]<|tool_call_end|>\n"),
     "functiongemma": lambda i: (f"<start_function_call>call:write_file{{path:<escape>src/m{i}.py<escape>,content:<escape>"

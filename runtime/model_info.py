@@ -90,6 +90,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("lfm2", template=("<|tool_call_start|>",), tokens=("<|tool_call_start|>",),
            model_types=("lfm2", "lfm2_moe")),
     Family("olmo3", template=("<function_calls>",), model_types=("olmo3",)),
+    # Gemma 4: gemma4 (Gemma4ForConditionalGeneration), gemma4_text (Gemma4ForCausalLM), gemma4_unified
+    Family("gemma4", template=("<|tool_call>call:",), tokens=("<|tool_call>",),
+           model_types=("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")),
     Family("xlam", template=("xLAM",)),  # bare JSON lists: only the template's own name tells it apart
     # MiniMax-M3 also writes <tool_call> (behind its marker): before hermes; minimax_m3_sparse names the
     # MiniMaxM3Sparse* architectures (vLLM's registry), the VL checkpoint's model_type is minimax_m3_vl

@@ -21,6 +21,9 @@ FAMILY_THINK: dict[str, tuple[str, str]] = {
     "longcat": ("<longcat_think>", "</longcat_think>"),       # Meituan LongCat-Flash's template
     "minimax_m3": ("<mm:think>", "</mm:think>"),              # MiniMax-M3's template (vLLM minimax_m3 reasoning)
     "kimi_k3": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),  # Kimi K3's XTML think channel
+    # Google Gemma 4's thought channel: its template writes "<|channel>thought\n...<channel|>"; the span
+    # opens at the channel's name, as llama.cpp reads it, so the label's newline begins the reasoning
+    "gemma4": ("<|channel>thought", "<channel|>"),
 }
 
 

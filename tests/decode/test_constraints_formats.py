@@ -92,6 +92,8 @@ CALLS.update({
                 ["<|tools_prefix|>", "<|tools_suffix|>"]),
     "olmo3": ("<function_calls>get_weather(city='Paris', days=3, unit='c')</function_calls>", []),
     "xlam": (f"[{_J}]", []),
+    "gemma4": ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3,unit:<|"|>c<|"|>}<tool_call|>',
+               ["<|tool_call>", "<tool_call|>", '<|"|>']),
     "lfm2": ("<|tool_call_start|>[get_weather(city='Paris', days=3, unit='c')]<|tool_call_end|>",
              ["<|tool_call_start|>", "<|tool_call_end|>"]),
     "functiongemma": ("<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3,unit:<escape>c<escape>}"
@@ -156,7 +158,8 @@ _BAD_DAYS = {"pythonic": ("days=3", "days='three'"), "qwen3_coder": (">\n3\n<", 
              "deepseek_v32": (">3<", ">three<"), "deepseek_v4": (">3<", ">three<"), "step3": (">3<", ">three<"), "olmo3": ("days=3", "days='three'"), "lfm2": ("days=3", "days='three'"),
              "functiongemma": ("days:3", "days:<escape>three<escape>"),
              "deepseek_v41": (">3<", ">three<"), "mimo": (">3<", ">three<"),
-             "minimax_m3": ("<days>3", "<days>three"), "kimi_k3": ("<|sep|>3", "<|sep|>three")}
+             "minimax_m3": ("<days>3", "<days>three"), "kimi_k3": ("<|sep|>3", "<|sep|>three"),
+             "gemma4": ("days:3", 'days:<|"|>three<|"|>')}
 
 
 @pytest.mark.parametrize("fmt,as_tokens", cases())
@@ -285,3 +288,46 @@ def test_minimax_m3_writes_an_object_parameter_as_json_in_its_element(as_tokens:
     assert comp.violation(c, tok.encode(text.replace('{"a": 1}', '{"a": "one"}'), add_special_tokens=False).ids)
     turn = parse_text("minimax_m3", text, tools=tools)
     assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [("f", {"opts": {"a": 1}, "q": "x < y"})]
+_GEMMA_SCHEMA = {"type": "object", "properties": {
+    "q": {"type": "string"}, "n": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+    "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}, "mode": {"enum": ["a", 2]}}, "required": ["deep"]},
+    "any": {}, "maybe": {"type": ["integer", "null"]}, "odd key": {"type": "string"}}, "required": ["q"]}
+_GEMMA_TOOLS = [{"type": "function", "function": {"name": "find", "parameters": _GEMMA_SCHEMA}}]
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_gemma4_arguments_are_typed_by_the_schema(as_tokens: bool) -> None:
+    """Gemma 4 writes its own argument syntax: the grammar types each value by the schema, at any depth,
+    and what it accepts the parser reads back as the same JSON."""
+    comp, tok = compiler(tuple(CALLS["gemma4"][1]) if as_tokens else ())
+    c = constraint_for("gemma4", None, _GEMMA_TOOLS, {"tool_choice": "required"})
+
+    def violation_of(args: str) -> str | None:
+        return comp.violation(c, tok.encode(f"<|tool_call>call:find{args}<tool_call|>", add_special_tokens=False).ids)
+
+    ok = ('{q:<|"|>a "b" {c}<|"|>,n:-1.5e3,tags:[<|"|>x<|"|>,<|"|><|"|>],opts:{deep:true,mode:2},'
+          'any:{k:[null,{<|"|>x y<|"|>:false}]},maybe:null,<|"|>odd key<|"|>:<|"|>v<|"|>}')
+    assert violation_of(ok) is None
+    turn = parse_text("gemma4", f"<|tool_call>call:find{ok}<tool_call|>")
+    assert json.loads(turn.calls[0].arguments) == {
+        "q": 'a "b" {c}', "n": -1.5e3, "tags": ["x", ""], "opts": {"deep": True, "mode": 2},
+        "any": {"k": [None, {"x y": False}]}, "maybe": None, "odd key": "v"}
+    assert violation_of('{q:<|"|>a<|"|>,maybe:7}') is None  # optional properties may be left out
+    for bad in ('{n:1}', '{q:<|"|>a<|"|>,n:<|"|>1<|"|>}', '{q:<|"|>a<|"|>,opts:{mode:2}}', '{q:<|"|>a<|"|>,tags:[1]}',
+                '{q:<|"|>a<|"|>,opts:{deep:yes}}', '{q:<|"|>a<|"|>,extra:1}', '{q:"a"}', '{q: <|"|>a<|"|>}'):
+        assert violation_of(bad) is not None, bad
+
+
+@pytest.mark.parametrize("as_tokens", [True, False])
+def test_gemma4_reasons_in_its_thought_channel(as_tokens: bool) -> None:
+    """Gemma 4 thinks in ``<|channel>thought ... <channel|>``: the grammar's span is the parser's."""
+    markers = tuple(CALLS["gemma4"][1]) + (("<|channel>", "<channel|>") if as_tokens else ())
+    comp, tok = compiler(markers)
+    call = CALLS["gemma4"][0]
+    c = constraint_for("gemma4", "think", TOOLS, {"tool_choice": "required"})
+    ok = "<|channel>thought\nWeather, so get_weather.<channel|>" + call
+    assert comp.violation(c, tok.encode(ok, add_special_tokens=False).ids) is None
+    wrong = "<think>Weather.</think>\n" + call
+    assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
+    turn = parse_text("gemma4", ok, tools=TOOLS, reasoning="think")
+    assert turn.reasoning == "\nWeather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]

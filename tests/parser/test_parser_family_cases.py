@@ -300,6 +300,42 @@ CASES: dict[str, list[Case]] = {
         Case("truncated", _k3(_k3_call("f", ("s", "string", "abc")))[:-45], invalid=[("f", True)]),
     ],
 }
+_G = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>'
+_GEMMA_TYPES = ('{s:<|"|>a "q" \\ b\nc<|"|>,i:-42,f:1.5e-3,b:true,nb:false,z:null,'
+                'o:{k:[1,<|"|>x<|"|>,{}],<|"|>a key: {odd}<|"|>:[]},l:[]}')
+CASES["gemma4"] = [
+    Case("basic", "Let me check." + _G, content="Let me check.", calls=[W], exact_args=['{"city": "Paris", "days": 3}']),
+    Case("think_then_call", f"<|channel>thought\nuser wants weather<channel|>Sure.{_G}<|tool_response>",
+         reasoning="\nuser wants weather", content="Sure.", calls=[W], kw={"reasoning": "think"}),
+    Case("think_forced", f"weather, so get_weather<channel|>{_G}", reasoning="weather, so get_weather", calls=[W],
+         kw={"reasoning": "think_forced"}),
+    Case("between", f"A{_G}B<|tool_call>call:now{{}}<tool_call|>C", content="ABC", calls=[W, ("now", {})]),
+    Case("types", f"<|tool_call>call:t{_GEMMA_TYPES}<tool_call|>",
+         calls=[("t", {"s": 'a "q" \\ b\nc', "i": -42, "f": 1.5e-3, "b": True, "nb": False, "z": None,
+                       "o": {"k": [1, "x", {}], "a key: {odd}": []}, "l": []})],
+         exact_args=['{"s": "a \\"q\\" \\\\ b\\nc", "i": -42, "f": 1.5e-3, "b": true, "nb": false, "z": null, '
+                     '"o": {"k": [1, "x", {}], "a key: {odd}": []}, "l": []}']),
+    Case("markers_in_string", '<|tool_call>call:f{s:<|"|><tool_call|><|tool_call>call:x{}<channel|>}]<|"|>}<tool_call|>',
+         calls=[("f", {"s": "<tool_call|><|tool_call>call:x{}<channel|>}]"})]),
+    Case("spaced", '<|tool_call>\ncall: get_weather { city : <|"|>Paris<|"|> , days : 3 }\n<tool_call|>', content="\n",
+         calls=[W]),
+    Case("bare_key_with_space", "<|tool_call>call:f{New York:1}<tool_call|>", calls=[("f", {"New York": 1})]),
+    Case("no_arguments", "<|tool_call>call:now<tool_call|>x", content="x", calls=[("now", {})]),
+    Case("no_call_word", "<|tool_call>:now{}<tool_call|>", calls=[("now", {})]),  # vLLM reads it too
+    Case("turn_ends_at_brace", _G.removesuffix("<tool_call|>"), calls=[W]),  # <turn|> (EOS) for <tool_call|>
+    Case("bare_word", "<|tool_call>call:f{unit:celsius}<tool_call|>ok", content="ok", invalid=[("f", False)]),
+    Case("trailing_comma", "<|tool_call>call:f{a:1,}<tool_call|>ok", content="ok", invalid=[("f", False)]),
+    Case("mismatched", "<|tool_call>call:f{a:[1}}<tool_call|>ok", content="ok", invalid=[("f", False)]),
+    Case("json_string", '<|tool_call>call:f{a:"x"}<tool_call|>ok', content="ok", invalid=[("f", False)]),
+    Case("unclosed_object", "<|tool_call>call:f{a:1<tool_call|>ok", content="ok", invalid=[("f", False)]),
+    Case("bad_header", "<|tool_call>get_weather{}<tool_call|>ok", content="ok", invalid=[("", False)]),
+    Case("call_in_header", "<|tool_call>call:f<|tool_call>call:now{}<tool_call|>", calls=[("now", {})],
+         invalid=[("", False)]),
+    Case("truncated_string", '<|tool_call>call:f{a:<|"|>abc', invalid=[("f", True)]),
+    Case("truncated_number", "<|tool_call>call:f{a:12", invalid=[("f", True)]),
+    Case("truncated_header", "<|tool_call>call:get_wea", invalid=[("", True)]),
+    Case("prose", 'a < b, <|"|> {x:1} and <|channel>thought', content='a < b, <|"|> {x:1} and <|channel>thought'),
+]
 ALL = [(fmt, c) for fmt, cases in CASES.items() for c in cases]
 
 
@@ -335,3 +371,17 @@ def test_kimi_k3_streams_a_string_argument() -> None:
     assert _args_so_far(events) == '{"text": "part one '  # "<|" may begin the close marker: held
     events += p.feed("x|> two<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>") + p.finish()
     assert collect(events).calls[0].arguments == '{"text": "part one <|x|> two"}'
+def test_gemma4_streams_string_values_as_json() -> None:
+    p = make_parser("gemma4")
+    events = p.feed('<|tool_call>call:w{zip:<|"|>line "one"\n')
+    events += p.feed("line two<|")
+    frags = "".join(e.delta for e in events if isinstance(e, ToolCallArgs))
+    assert frags == '{"zip": "line \\"one\\"\\nline two'  # "<|" is held: it may open <|"|>
+    events += p.feed('"|>,n:7}<tool_call|>') + p.finish()
+    assert collect(events).calls[0].arguments == '{"zip": "line \\"one\\"\\nline two", "n": 7}'
+
+
+def test_gemma4_names_why_a_call_is_invalid() -> None:
+    turn = parse_text("gemma4", "<|tool_call>call:f{a:nope}<tool_call|>")
+    assert turn.invalid[0].error == "bare value 'nope' is not a number, true, false or null"
+    assert turn.invalid[0].raw == "<|tool_call>call:f{a:nope}"

@@ -74,7 +74,7 @@ def test_truncated_everywhere_never_ready(fmt: str) -> None:
            "deepseek_v41": "</｜DSML｜ invoke>", "mimo": "</function>",
            "minimax_m3": "]<]minimax[>[</invoke>", "kimi_k3": "<|close|>call<|sep|>"}.get(fmt)
     last = text.index(end) + len(end) - 1 if end else len(text) - 1
-    ready_at = {"jamba": "}]", "cohere_command": "}]", "granite": "}]", "phi4_mini_json": "}]", "apertus": "}]", "olmo3": ")<", "xlam": "}]", "lfm2": ")]",
+    ready_at = {"jamba": "}]", "cohere_command": "}]", "granite": "}]", "phi4_mini_json": "}]", "apertus": "}]", "olmo3": ")<", "xlam": "}]", "gemma4": "}<", "lfm2": ")]",
                 "hunyuan_a13b": "}\n]", "minimax_m1": "}\n<"}.get(fmt)  # a listed call is ready at its own close
     if ready_at:
         last = text.index(ready_at)

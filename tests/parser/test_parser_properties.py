@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,13 +41,26 @@ def _py(v: Any) -> str:
     return repr(v)
 
 
-def _gemma(v: Any, top: bool = False) -> str:
-    """Gemma's notation: strings between ``<escape>`` tokens, top-level keys bare, nested keys quoted."""
+def _function_gemma(v: Any, top: bool = False) -> str:
+    """FunctionGemma's notation: strings between ``<escape>`` tokens, top-level keys bare, nested keys quoted."""
     if isinstance(v, dict):
-        return "{" + ",".join(f"{k if top else _gemma(k)}:{_gemma(x)}" for k, x in v.items()) + "}"
+        return "{" + ",".join(f"{k if top else _function_gemma(k)}:{_function_gemma(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_function_gemma(x) for x in v) + "]"
+    return f"<escape>{v}<escape>" if isinstance(v, str) else _j(v)
+
+
+def _gemma(v: Any) -> str:
+    """Gemma 4's argument syntax, as its template's ``format_argument`` writes it; a key that would not
+    read back bare is quoted as a string (as the template's ``escape_keys`` does)."""
+    if isinstance(v, str):
+        return f'<|"|>{v}<|"|>'
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k if re.fullmatch(r'[A-Za-z0-9_]+', k) else _gemma(k)}:{_gemma(x)}"
+                              for k, x in v.items()) + "}"
     if isinstance(v, list):
         return "[" + ",".join(_gemma(x) for x in v) + "]"
-    return f"<escape>{v}<escape>" if isinstance(v, str) else _j(v)
+    return _j(v)
 
 
 def _raw(v: Any) -> str:
@@ -113,8 +127,9 @@ RENDER: dict[str, Render] = {
     "apertus": lambda i, n, a: f"<|tools_prefix|>[{_j({n: a})}]<|tools_suffix|>",
     "olmo3": lambda i, n, a: "<function_calls>" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")</function_calls>",
     "xlam": lambda i, n, a: f"[{_j({'name': n, 'arguments': a})}]",
+    "gemma4": lambda i, n, a: f"<|tool_call>call:{n}{_gemma(a)}<tool_call|>",
     "lfm2": lambda i, n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={_py(v)}" for k, v in a.items()) + ")]<|tool_call_end|>",
-    "functiongemma": lambda i, n, a: f"<start_function_call>call:{n}{_gemma(a, top=True)}<end_function_call>",
+    "functiongemma": lambda i, n, a: f"<start_function_call>call:{n}{_function_gemma(a, top=True)}<end_function_call>",
     "deepseek_v41": lambda i, n, a: (f'<｜DSML｜ calls>\n<｜DSML｜ invoke name="{n}">\n' + "".join(
         f'<｜DSML｜ parameter name="{k}" string="{str(isinstance(v, str)).lower()}">{_raw(v)}</｜DSML｜ parameter>\n'
         for k, v in a.items()) + "</｜DSML｜ invoke>\n</｜DSML｜ calls>"),
@@ -136,7 +151,7 @@ PROSE_BANNED = {"llama3_json": "{;", "pythonic": "[", "harmony": "<", "qwen3_cod
                 "deepseek_v4": "", "lfm2": "<[", "gigachat3": "<", "step3": "", "apertus": "<", "olmo3": "<[", "xlam": "[",
                 "functiongemma": "",
                 "deepseek_v41": "", "mimo": "<",
-                "minimax_m3": "", "kimi_k3": ""}
+                "minimax_m3": "", "kimi_k3": "", "gemma4": "<"}
 
 
 def _wrap_prose(fmt: str, text: str) -> str:

@@ -48,4 +48,4 @@ def test_formats_list() -> None:
                             "hunyuan_a13b", "minimax_m1", "cohere_command", "granite", "phi4_mini_json", "seed_oss",
                             "deepseek_v32", "deepseek_v4", "lfm2", "gigachat3", "step3", "apertus", "olmo3", "xlam",
                             "functiongemma", "deepseek_v41", "mimo",
-                            "minimax_m3", "kimi_k3"}
+                            "minimax_m3", "kimi_k3", "gemma4"}

@@ -63,6 +63,7 @@ EXPECTED = {
     "deepseek-ai--DeepSeek-V4.1-Flash": ("deepseek_v41", "think"),
     "MiniMaxAI--MiniMax-M3": ("minimax_m3", "think"),
     "moonshotai--Kimi-K3": ("kimi_k3", "think_forced"),
+    "google--gemma-4-31B-it": ("gemma4", "think"),
 }
 # Templates that do not write a past call in the markup the model writes: the model's markup, which the
 # test checks the template's past call lacks.
@@ -155,6 +156,8 @@ def test_the_bundled_model_is_hermes_without_reasoning() -> None:
     ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "mimo"),
     ("minimax_m3_vl", "MiniMaxM3SparseForConditionalGeneration", "minimax_m3"), ("", "MiniMaxM3SparseForCausalLM", "minimax_m3"),
     ("kimi_k3", "KimiK3ForConditionalGeneration", "kimi_k3"), ("", "KimiK3ForConditionalGeneration", "kimi_k3"),
+    ("gemma4_text", "Gemma4ForCausalLM", "gemma4"), ("", "Gemma4ForConditionalGeneration", "gemma4"),
+    ("gemma4_unified", "Gemma4UnifiedForConditionalGeneration", "gemma4"),
 ])
 def test_without_a_template_config_json_names_the_family(tmp_path: Path, model_type: str, arch: str,
                                                          fmt: str) -> None:

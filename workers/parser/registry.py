@@ -44,6 +44,7 @@ _PARSERS: dict[str, str] = {
     "mimo": "workers.parser.formats.xmlfamilies:MiMoParser",
     "minimax_m3": "workers.parser.formats.minimax_m3:MiniMaxM3Parser",
     "kimi_k3": "workers.parser.formats.kimi:KimiK3Parser",
+    "gemma4": "workers.parser.formats.gemma4:Gemma4Parser",
 }
 FORMATS: tuple[str, ...] = tuple(_PARSERS)
 

@@ -5,6 +5,7 @@
     xtml    xml, the open tag naming the value's type      (kimi_k3: one alternative per type of the schema)
     python  key=literal, ... in schema order               (pythonic)
     gemma   key:value,... in schema order, strings between quote tokens   (functiongemma)
+    gemma4  {key:value,...} in Gemma 4's syntax            (gemma4; see gemma.py)
 
 XML and Python parameters come in schema order; required ones must appear, optional ones may.
 Values: a plain string is bare text up to the close tag (XML) or a quoted literal (Python);
@@ -19,6 +20,7 @@ import json
 from typing import Any
 
 from workers.decode.constraints.formats import NAME, STRING_FLAG, XTML_TYPE, Params, Syntax
+from workers.decode.constraints.gemma import arguments as gemma_arguments
 from workers.decode.constraints.pieces import Pieces, json_rule, lit
 from workers.decode.constraints.spec import ToolSpec
 
@@ -38,6 +40,8 @@ def arguments(tool: ToolSpec, i: int, s: Syntax, p: Pieces) -> tuple[str, list[s
     if s.args == "gemma":
         g = _Gemma(p, s.quote, f"gm{i}")
         return g.members(tool.parameters), g.rules
+    if s.args == "gemma4":
+        return gemma_arguments(tool.parameters, i, p)
     return f"args_{i}", [f"args_{i}: {json_rule(tool.parameters)}"]
 
 

@@ -38,7 +38,7 @@ class Syntax:
     section_close: tuple[str, ...] = ()
     joiner: tuple[str, ...] = ()
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
-    args: str = "json"  # "json" | "xml" | "python" | "gemma" (see args.py)
+    args: str = "json"  # "json" | "xml" | "xtml" | "python" | "gemma" | "gemma4" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
     quote: str = ""  # args == "gemma": the token around every string
     index_end: tuple[str, ...] = ()  # what follows the index (default: kimi_k2's KIMI_INDEX_OPEN)
@@ -123,6 +123,7 @@ SYNTAX.update({
                    section_close=("]",), joiner=(", ",)),
     "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),
                     section_close=("</function_calls>",), joiner=("\n",), args="python"),
+    "gemma4": Syntax(("<|tool_call>", "call:" + NAME), ("<tool_call|>",), r"<\|tool_call>", args="gemma4"),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),
