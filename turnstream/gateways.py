@@ -28,6 +28,7 @@ import time
 
 from runtime import cpu
 from runtime.config import Config
+from turnstream.processes import child_env, spawn, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,6 @@ class Supervisor:
         self.metrics_dir = ""
 
     def run(self) -> int:
-        from turnstream.stack import child_env, spawn
-
         self.metrics_dir = tempfile.mkdtemp(prefix="turnstream-gateway-metrics-")
         env = {**child_env(self.cfg), MULTIPROC_ENV: self.metrics_dir}
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -110,6 +109,4 @@ class Supervisor:
 
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:
-    from turnstream.stack import stop_all
-
     stop_all(procs, STOP_GRACE_S)

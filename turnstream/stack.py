@@ -8,11 +8,8 @@ first, then the server.  Children also die with us (parent-death signal).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -21,25 +18,11 @@ import httpx
 from schemas import keys
 from runtime import cluster
 from runtime.config import Config
-from turnstream.embedded import EmbeddedRedis, _die_with_parent, free_port
+from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.gateways import resolve as resolve_gateways
+from turnstream.processes import child_env, spawn, stop_all  # noqa: F401 (callers import them from here too)
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
-
-
-def child_env(cfg: Config) -> dict[str, str]:
-    """The configuration, passed to children as ``TURNSTREAM_*`` variables."""
-    env = dict(os.environ)
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        env[f"TURNSTREAM_{f.name.upper()}"] = ",".join(value) if isinstance(value, tuple) else str(value)
-    return env
-
-
-def spawn(args: list[str], cfg: Config, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
-    """``turnstream ARGS`` configured by ``cfg`` (``env``: ``child_env(cfg)`` with additions of its own)."""
-    return subprocess.Popen([sys.executable, "-m", "turnstream.cli", *args], env=env or child_env(cfg),
-                            preexec_fn=_die_with_parent, **popen)
 
 
 def spawn_kind(kind: str, cfg: Config, **popen: Any) -> subprocess.Popen:
@@ -93,19 +76,6 @@ def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
             time.sleep(0.1)
     finally:
         r.close()
-
-
-def stop_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None,
