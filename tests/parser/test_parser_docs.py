@@ -15,8 +15,13 @@ def _rows(path: Path) -> set[str]:
     return set(re.findall(r"^\| `([a-z0-9_]+)` \|", path.read_text(), flags=re.MULTILINE))
 
 
+def _cells(path: Path) -> set[str]:
+    """Every cell holding one backticked name (the README's table has two pairs of columns)."""
+    return set(re.findall(r"\| `([a-z0-9_]+)` \|", path.read_text()))
+
+
 def test_readme_and_docs_list_every_family() -> None:
-    assert _rows(ROOT / "README.md") >= set(FORMATS)
+    assert _cells(ROOT / "README.md") >= set(FORMATS)
     assert _rows(ROOT / "docs" / "formats.md") - {"tool_format"} == set(FORMATS)  # less the header
 
 
