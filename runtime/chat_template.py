@@ -4,7 +4,10 @@
 jinja2 environment with ``trim_blocks``/``lstrip_blocks``, ``loopcontrols``, the ``tojson``
 filter (no HTML escaping), ``raise_exception`` and ``strftime_now``, and the special tokens
 (``bos_token``, ``eos_token`` ...) as variables.  Assistant messages that carry ``raw`` (the
-exact text generated in that turn) are rendered from it: ``{"role": "assistant", "content": raw}``.
+exact text generated in that turn) are rendered from it: ``{"role": "assistant", "content": raw}``
+(``template_messages``) -- except under a template that writes a tool's result only inside the
+assistant message that called it (Gemma 4's: ``results_need_calls``), where a turn with calls is
+rendered from its parsed content and calls, or its results would vanish from the prompt.
 
 ``TextStream`` turns one completion's token ids into text chunks that never split a UTF-8
 character (``tokenizers.decoders.DecodeStream``), keep special tokens, and stop at stop
@@ -14,6 +17,7 @@ strings: text that could be the start of a stop string is held back until it can
 from __future__ import annotations
 
 import json
+import weakref
 from datetime import datetime
 from pathlib import Path
 from collections.abc import Callable
@@ -112,8 +116,10 @@ def _render(template: jinja2.Template, specials: dict[str, str], messages: list[
             tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
     """Calls' arguments as objects first; a template that concatenates them as text (DeepSeek's
     ``'...' + tool['function']['arguments']``) fails on an object, and gets them as JSON text instead."""
+    structured = _results_need_calls(template, specials)
+
     def with_calls(call: Callable[[Any], Any]) -> str:
-        return template.render(messages=[_plain(m, call) for m in messages], tools=tools,
+        return template.render(messages=template_messages(messages, call, structured), tools=tools,
                                add_generation_prompt=add_generation_prompt, **specials)
 
     try:
@@ -203,17 +209,66 @@ class TextStream:
         return 0
 
 
-def _plain(message: dict[str, Any], call: Callable[[Any], Any]) -> dict[str, Any]:
-    """The message as the template should see it: assistant turns with ``raw`` become that text, and each
-    call goes through ``call``: ``_call_object`` (a call's ``arguments`` sent as a JSON string, as OpenAI
-    clients send them, become the object, which is what most chat templates render, ``tool_call.arguments
-    | tojson``, and what the model wrote, as vLLM does) or ``_call_text`` (the other way round)."""
-    if message.get("role") == "assistant" and message.get("raw") is not None:
-        return {"role": "assistant", "content": message["raw"]}
-    plain = {k: v for k, v in message.items() if k != "raw"}
-    if plain.get("tool_calls"):
-        plain["tool_calls"] = [call(c) for c in plain["tool_calls"]]
-    return plain
+def template_messages(messages: list[dict[str, Any]], call: Callable[[Any], Any] | None = None,
+                      structured: bool = False) -> list[dict[str, Any]]:
+    """The messages as the template should see them: an assistant turn with ``raw`` becomes that text (the
+    new prompt then extends the old one byte for byte), unless ``structured`` (``results_need_calls``) and it
+    called tools: then its parsed content and calls.  Each call goes through ``call`` (default
+    ``_call_object``: a call's ``arguments`` sent as a JSON string, as OpenAI clients send them, become the
+    object, which is what most chat templates render, ``tool_call.arguments | tojson``, and what the model
+    wrote, as vLLM does; ``_call_text`` the other way round)."""
+    call = call or _call_object
+    out = []
+    for message in messages:
+        if message.get("role") == "assistant" and message.get("raw") is not None:
+            if not (structured and message.get("tool_calls")):
+                out.append({"role": "assistant", "content": message["raw"]})
+                continue
+        plain = {k: v for k, v in message.items() if k != "raw"}
+        if plain.get("tool_calls"):
+            plain["tool_calls"] = [call(c) for c in plain["tool_calls"]]
+        out.append(plain)
+    return out
+
+
+PROBE_RESULT = "turnstream-probe-result-7f3a"
+
+
+PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "description": "probe",
+                                                  "parameters": {"type": "object", "properties": {}}}}]
+
+
+def results_need_calls(render: Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]) -> bool:
+    """Whether a template (``render``: messages, tools -> text) writes a tool's result only after an
+    assistant message with ``tool_calls``: it drops a ``tool`` message that follows plain assistant text
+    (Gemma 4's template writes each response inside the turn that called it) or refuses one (MiniMax-M2's
+    and M3's, gpt-oss's: "no previous assistant message with a tool call").  A template that does not
+    write the result after a structured call either keeps the raw rendering."""
+    user = {"role": "user", "content": "probe"}
+    tool = {"role": "tool", "tool_call_id": "call00001", "name": "probe", "content": PROBE_RESULT}
+    call = {"id": "call00001", "type": "function", "function": {"name": "probe", "arguments": {}}}
+    try:  # a call id of 9 alphanumerics: Mistral's templates refuse any other
+        if PROBE_RESULT not in render([user, {"role": "assistant", "content": "", "tool_calls": [call]}, tool],
+                                      PROBE_TOOLS):
+            return False
+    except Exception:  # a template's own refusal (raise_exception), a type it did not expect: keep raw
+        return False
+    try:
+        return PROBE_RESULT not in render([user, {"role": "assistant", "content": "probe"}, tool], PROBE_TOOLS)
+    except Exception:  # the template refuses a result after plain assistant text
+        return True
+
+
+_NEED_CALLS: "weakref.WeakKeyDictionary[jinja2.Template, bool]" = weakref.WeakKeyDictionary()
+
+
+def _results_need_calls(template: jinja2.Template, specials: dict[str, str]) -> bool:
+    """``results_need_calls`` of one compiled template, probed once."""
+    if template not in _NEED_CALLS:
+        _NEED_CALLS[template] = results_need_calls(
+            lambda messages, tools: template.render(messages=messages, tools=tools, add_generation_prompt=False,
+                                                    **specials))
+    return _NEED_CALLS[template]
 
 
 def _call_object(call: Any) -> Any:

@@ -19,7 +19,8 @@ from runtime.config import ConfigError, load_config
 from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
-from workers.decode.vllm_engine import VllmConfig, VllmEngine, template_messages  # noqa: E402
+from runtime.chat_template import template_messages  # noqa: E402
+from workers.decode.vllm_engine import VllmConfig, VllmEngine, _parsed_arguments  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share the module's engine and its loop
@@ -101,7 +102,7 @@ def test_raw_assistant_turns_render_as_generated() -> None:
     msgs = [{"role": "user", "content": "hi"},
             {"role": "assistant", "content": "Sure.", "raw": raw, "tool_calls": [{"function": {"name": "f"}}]},
             {"role": "assistant", "content": None, "tool_calls": [call]}]
-    out = template_messages(msgs)
+    out = template_messages(msgs, _parsed_arguments)
     assert out[1] == {"role": "assistant", "content": raw}
     assert out[2]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
 

@@ -2,7 +2,9 @@
 
     generate(req)
       text = tokenizer.apply_chat_template(messages, tools, add_generation_prompt)
-             (an assistant message carrying "raw" is rendered from that exact text)
+             (an assistant message carrying "raw" is rendered from that exact text; under a
+             template that writes results only inside their calls, a turn with calls from them:
+             runtime.chat_template.template_messages)
       ids  = SessionPrompts.build(session, text)   the session's last turn, id for id, + the new text
       AsyncLLM.generate(TokensPrompt(ids), SamplingParams(DELTA, special tokens kept), rid)
         -> GenerateDelta(text, n_tokens, ..., prompt_tokens=len(ids), cached_tokens=num_cached_tokens)
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.chat_template import SHORT_PROMPT_CHARS, prompt_chars
+from runtime.chat_template import SHORT_PROMPT_CHARS, prompt_chars, results_need_calls, template_messages
 from runtime.config import ConfigError
 from workers.decode.constraints.lark import to_lark
 from workers.decode.constraints.pieces import added_tokens
@@ -103,6 +105,7 @@ class VllmEngine:
         self.llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self.prompts: SessionPrompts | None = None
         self._template_tokenizer: Any = None
+        self._results_need_calls = False  # runtime.chat_template.results_need_calls of its template, at start()
         self._load = _SchedulerLoad()
         self._abort_asked: dict[str, bool] = {}  # live request ids -> abort() was called
         self._added: dict[str, int] = {}  # the tokenizer's added tokens, for constraints (set by start)
@@ -128,6 +131,9 @@ class VllmEngine:
         args = AsyncEngineArgs(**self._engine_args(AsyncEngineArgs))
         self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[lambda _cfg, _idx: self._load])
         self._template_tokenizer = self.llm.get_tokenizer()
+        self._results_need_calls = results_need_calls(  # Gemma 4: a turn's results render only with its calls
+            lambda messages, tools: self._template_tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=False, tokenize=False))
         self._added = added_tokens((Path(self.config.model) / "tokenizer.json").read_text())
         self.prompts = SessionPrompts(_TextCodec(self._template_tokenizer), self.config.max_session_records)
         self.max_model_len = self.llm.vllm_config.model_config.max_model_len
@@ -208,7 +214,8 @@ class VllmEngine:
         """The prompt's ids, how many came from a remembered turn, and the idle session (of ``idle``)
         whose conversation this request continues when it is not its own (a client-side loop)."""
         text = self._template_tokenizer.apply_chat_template(
-            template_messages(req.messages), tools=req.tools or None, add_generation_prompt=True,
+            template_messages(req.messages, _parsed_arguments, self._results_need_calls), tools=req.tools or None,
+            add_generation_prompt=True,
             tokenize=False) + req.params.prefill
         assert self.prompts is not None  # set by start()
         ids, reused = self.prompts.build(req.session, text)
@@ -265,26 +272,6 @@ class VllmEngine:
                     max_model_len=self.max_model_len, tokens_out=self.tokens_out, prompt_tokens=self.prompt_tokens,
                     prefix_hit_tokens=self.cached_tokens, reused_prompt_ids=self.reused_tokens,
                     refresh_computed_tokens=self.refresher.computed_tokens if self.refresher else 0)
-
-
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as the chat template should see them.
-
-    An assistant turn with ``raw`` becomes ``{"role": "assistant", "content": raw}``: the
-    template then writes exactly what was generated, so the new prompt extends the old
-    one byte for byte.  Tool-call arguments given as JSON strings become objects (what
-    chat templates expect, as in vLLM's OpenAI server).
-    """
-    out = []
-    for m in messages:
-        if m.get("role") == "assistant" and m.get("raw") is not None:
-            out.append({"role": "assistant", "content": m["raw"]})
-            continue
-        m = {k: v for k, v in m.items() if k != "raw"}
-        if m.get("tool_calls"):
-            m["tool_calls"] = [_parsed_arguments(c) for c in m["tool_calls"]]
-        out.append(m)
-    return out
 
 
 def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
