@@ -4,8 +4,7 @@
     xml     open(key) value close, per declared parameter  (qwen3_coder, minimax_m2, glm45)
     xtml    xml, the open tag naming the value's type      (kimi_k3: one alternative per type of the schema)
     python  key=literal, ... in schema order               (pythonic)
-    gemma   key:value,... in schema order, strings between quote tokens   (functiongemma)
-    gemma4  {key:value,...} in Gemma 4's syntax            (gemma4; see gemma.py)
+    gemma   {key:value,...}, strings between quote tokens  (functiongemma, gemma4; see gemma.py)
 
 XML and Python parameters come in schema order; required ones must appear, optional ones may.
 Values: a plain string is bare text up to the close tag (XML) or a quoted literal (Python);
@@ -38,10 +37,7 @@ def arguments(tool: ToolSpec, i: int, s: Syntax, p: Pieces) -> tuple[str, list[s
     if s.args == "python":
         return _python(tool, i)
     if s.args == "gemma":
-        g = _Gemma(p, s.quote, f"gm{i}")
-        return g.members(tool.parameters), g.rules
-    if s.args == "gemma4":
-        return gemma_arguments(tool.parameters, i, p)
+        return gemma_arguments(tool.parameters, i, s.quote, p)
     return f"args_{i}", [f"args_{i}: {json_rule(tool.parameters)}"]
 
 
@@ -145,55 +141,3 @@ def _py_value(schema: dict[str, Any]) -> str:
 def _py_repr(value: Any) -> str:
     return repr(value) if isinstance(value, (str, int, float, bool)) or value is None else json.dumps(value)
 
-
-_GEMMA_SCALAR = {"integer": _PY_TYPES["integer"], "number": _PY_TYPES["number"], "boolean": '("true" | "false")',
-                 "null": '"null"'}
-
-
-class _Gemma:
-    """Gemma's notation (``gemmaargs`` reads it): members in schema order like ``_python``, joined by
-    ``,``; a string is ``quote text quote``; a schema-less value is any value of the notation."""
-
-    def __init__(self, p: Pieces, quote: str, prefix: str) -> None:
-        self.q = p.expr(quote)
-        symbol, rule = p.until("gemma_string", quote)
-        self.string = f"{self.q} {symbol}"
-        self.prefix = prefix
-        self.rules = [rule]
-        self.n = 0
-
-    def members(self, schema: dict[str, Any]) -> str:
-        """``k:v,...`` of an object schema's properties: rule first_k starts at k, rest_k follows a comma."""
-        tag, self.n = f"{self.prefix}_{self.n}", self.n + 1
-        props, required = schema.get("properties") or {}, set(schema.get("required") or ())
-        items = [(f"{lit(key + ':')} {self.value(sub)}", key in required) for key, sub in props.items()]
-        for k, (item, req) in enumerate(items):
-            self.rules.append(f"{tag}_first{k}: {item} {tag}_rest{k + 1}" + ("" if req else f" | {tag}_first{k + 1}"))
-            self.rules.append(f'{tag}_rest{k}: "," {item} {tag}_rest{k + 1}' + ("" if req else f" | {tag}_rest{k + 1}"))
-        self.rules += [f'{tag}_first{len(items)}: ""', f'{tag}_rest{len(items)}: ""']
-        return f"{tag}_first0"
-
-    def value(self, schema: dict[str, Any]) -> str:
-        if "enum" in schema or "const" in schema:
-            return "(" + " | ".join(self._const(v) for v in schema.get("enum", [schema.get("const")])) + ")"
-        types = schema.get("type")
-        scalar = {**_GEMMA_SCALAR, "string": self.string}
-        if isinstance(types, list) and all(t in scalar for t in types):
-            return "(" + " | ".join(scalar[t] for t in types) + ")"
-        if types in scalar:
-            return scalar[types]
-        if types == "object" and isinstance(schema.get("properties"), dict):
-            return f'"{{" {self.members(schema)} "}}"'
-        if types == "array" and isinstance(schema.get("items"), dict):
-            item = self.value(schema["items"])
-            return f'("[" ({item} ("," {item})*)? "]")'
-        return self._any()
-
-    def _const(self, v: Any) -> str:
-        return f"{self.q} {lit(v)} {self.q}" if isinstance(v, str) else lit(json.dumps(v))
-
-    def _any(self) -> str:
-        containers = '"{" (gemma_member ("," gemma_member)*)? "}" | "[" (gemma_any ("," gemma_any)*)? "]"'
-        self.rules += [f'gemma_any: {self.string} | {_GEMMA_SCALAR["number"]} | "true" | "false" | "null" | {containers}',
-                       f'gemma_member: (/[A-Za-z_][A-Za-z0-9_]*/ | {self.string}) ":" gemma_any']
-        return "gemma_any"

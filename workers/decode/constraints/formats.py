@@ -38,7 +38,7 @@ class Syntax:
     section_close: tuple[str, ...] = ()
     joiner: tuple[str, ...] = ()
     params: Params | None = None  # the XML-style parameter tags (args == "xml")
-    args: str = "json"  # "json" | "xml" | "xtml" | "python" | "gemma" | "gemma4" (see args.py)
+    args: str = "json"  # "json" | "xml" | "xtml" | "python" | "gemma" (see args.py)
     index: bool = False  # kimi_k2: a call index follows the name
     quote: str = ""  # args == "gemma": the token around every string
     index_end: tuple[str, ...] = ()  # what follows the index (default: kimi_k2's KIMI_INDEX_OPEN)
@@ -123,12 +123,12 @@ SYNTAX.update({
                    section_close=("]",), joiner=(", ",)),
     "olmo3": Syntax((NAME + "(",), (")",), r"<function_calls>|\[[A-Za-z_][A-Za-z0-9_.]*\(", section_open=("<function_calls>",),
                     section_close=("</function_calls>",), joiner=("\n",), args="python"),
-    "gemma4": Syntax(("<|tool_call>", "call:" + NAME), ("<tool_call|>",), r"<\|tool_call>", args="gemma4"),
+    "gemma4": Syntax(("<|tool_call>", "call:" + NAME), ("<tool_call|>",), r"<\|tool_call>", args="gemma", quote='<|"|>'),
     "lfm2": Syntax((NAME + "(",), (")",), r"<\|tool_call_start\|>|\[[A-Za-z_][A-Za-z0-9_.]*\(",
                    section_open=("<|tool_call_start|>", "["), section_close=("]", "<|tool_call_end|>"), joiner=(", ",),
                    args="python"),
-    "functiongemma": Syntax(("<start_function_call>", "call:" + NAME + "{"), ("}", "<end_function_call>"),
-                            "<start_function_call>", args="gemma", quote="<escape>"),
+    "functiongemma": Syntax(("<start_function_call>", "call:" + NAME), ("<end_function_call>",), "<start_function_call>",
+                            args="gemma", quote="<escape>"),
     "deepseek_v41": Syntax(('<｜DSML｜ invoke name="' + NAME + '">\n',), ("</｜DSML｜ invoke>\n",), "<｜DSML｜ calls>",
                            section_open=("<｜DSML｜ calls>", "\n"), section_close=("</｜DSML｜ calls>",), args="xml",
                            params=Params('<｜DSML｜ parameter name="' + NAME + '" string="' + STRING_FLAG + '">',

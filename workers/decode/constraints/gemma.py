@@ -1,6 +1,9 @@
-"""Gemma 4's arguments as grammar: ``{key:value,...}`` in its own syntax, typed by the tool's schema.
+"""Gemma's argument notation as grammar: ``{key:value,...}``, typed by the tool's schema.
 
-    string    <|"|> text without <|"|> <|"|>       (the delimiter is an added token in Gemma's tokenizer)
+One generator for both families that write it; only the quote token differs (``<|"|>`` for Gemma 4,
+``<escape>`` for FunctionGemma; an added token in each tokenizer), written QUOTE below.
+
+    string    QUOTE text without QUOTE QUOTE
     integer   -?(0|[1-9][0-9]*)      number: a JSON number      boolean: true | false      null: null
     enum      one of its values, each written as above
     object    {key:value,...}: declared properties in schema order, required ones present, no others;
@@ -8,8 +11,8 @@
     array     [value,...] of ``items``;  anyOf / oneOf / a list of types: one of them
     other     any Gemma value ($ref, allOf, no type ...)
 
-Written as the checkpoint's template writes a past call (no blanks, bare keys); a key that is not
-a plain word is quoted like a string, which the parser (``workers.parser.formats.gemma4``) reads too.
+Written as the checkpoints' templates write a past call (no blanks, bare keys); a key that is not
+a plain word is quoted like a string, which the parser (``workers.parser.formats.gemmaargs``) reads too.
 Text-level string keywords (``pattern``, ``minLength`` ...) and array lengths are not enforced.
 """
 
@@ -21,7 +24,6 @@ from typing import Any
 
 from workers.decode.constraints.pieces import Pieces
 
-DELIM = '<|"|>'
 _BARE_KEY = re.compile(r"[A-Za-z0-9_]+")
 _INT = r"/-?(0|[1-9][0-9]*)/"
 _NUMBER = r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/"
@@ -31,11 +33,11 @@ _SCALARS = {"integer": _INT, "number": _NUMBER, "boolean": '("true" | "false")',
 class GemmaArgs:
     """The rules of one call's arguments; rule names carry the call's index, so calls never clash."""
 
-    def __init__(self, p: Pieces, i: int) -> None:
-        self.p, self.prefix, self.n = p, f"gm{i}_", 0
+    def __init__(self, p: Pieces, i: int, quote: str) -> None:
+        self.p, self.prefix, self.n, self.quote = p, f"gm{i}_", 0, quote
         self.rules: list[str] = []
-        # text up to and including the closing delimiter, never spelling the delimiter as text
-        self.string, rule = p.until("gemma_str", DELIM, "" if p.is_text(DELIM) else re.escape(DELIM))
+        # text up to and including the closing quote, never spelling the quote as text
+        self.string, rule = p.until("gemma_str", quote, "" if p.is_text(quote) else re.escape(quote))
         self.rules.append(rule)
 
     def arguments(self, schema: dict[str, Any]) -> tuple[str, list[str]]:
@@ -49,7 +51,7 @@ class GemmaArgs:
             return self.any()
         if "enum" in schema or "const" in schema:
             values = schema.get("enum", [schema.get("const")])
-            return "(" + " | ".join(self.p.expr(render(v)) for v in values) + ")"
+            return "(" + " | ".join(self.p.expr(render(v, self.quote)) for v in values) + ")"
         for key in ("anyOf", "oneOf"):
             if isinstance(schema.get(key), list) and schema[key]:
                 return "(" + " | ".join(self.value(s) for s in schema[key]) + ")"
@@ -62,7 +64,7 @@ class GemmaArgs:
 
     def _typed(self, types: Any, schema: dict[str, Any]) -> str:
         if types == "string":
-            return f"{self.p.expr(DELIM)} {self.string}"
+            return f"{self.p.expr(self.quote)} {self.string}"
         if types in _SCALARS:
             return _SCALARS[types]
         if types == "object":
@@ -78,7 +80,7 @@ class GemmaArgs:
         """``{k:v,...}`` in schema order: rule first_k starts at property k (no comma), rest_k goes on after one."""
         name = f"{self.prefix}{self.n}"
         self.n += 1
-        items = [(f"{self.p.expr(key_text(k) + ':')} {self.value(s)}", k in required) for k, s in props.items()]
+        items = [(f"{self.p.expr(key_text(k, self.quote) + ':')} {self.value(s)}", k in required) for k, s in props.items()]
         for k, (item, req) in enumerate(items):
             skip = "" if req else f" | {name}_first{k + 1}"
             self.rules.append(f"{name}_first{k}: {item} {name}_rest{k + 1}{skip}")
@@ -91,7 +93,7 @@ class GemmaArgs:
 
     def any_rule(self, which: str) -> str:
         """Any Gemma value (``gemma_any``) or object (``gemma_obj``): shared rules, the same in every call."""
-        s = f"{self.p.expr(DELIM)} {self.string}"
+        s = f"{self.p.expr(self.quote)} {self.string}"
         key = f"(GEMMA_KEY | {s})"
         self.rules += [f"gemma_any: {s} | gemma_obj | gemma_arr | {_NUMBER} | \"true\" | \"false\" | \"null\"",
                        f'gemma_obj: "{{" ({key} ":" gemma_any ("," {key} ":" gemma_any)*)? "}}"',
@@ -99,23 +101,23 @@ class GemmaArgs:
         return which
 
 
-def key_text(key: str) -> str:
+def key_text(key: str, quote: str) -> str:
     """A key as written: bare when a plain word, else quoted like a string."""
-    return key if _BARE_KEY.fullmatch(key) else DELIM + key + DELIM
+    return key if _BARE_KEY.fullmatch(key) else quote + key + quote
 
 
-def render(value: Any) -> str:
-    """A JSON value in Gemma's argument syntax (its template's ``format_argument``)."""
+def render(value: Any, quote: str) -> str:
+    """A JSON value in Gemma's argument syntax (the templates' ``format_argument``)."""
     if isinstance(value, str):
-        return DELIM + value + DELIM
+        return quote + value + quote
     if isinstance(value, dict):
-        return "{" + ",".join(f"{key_text(k)}:{render(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{key_text(k, quote)}:{render(v, quote)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(render(v) for v in value) + "]"
+        return "[" + ",".join(render(v, quote) for v in value) + "]"
     return json.dumps(value)
 
 
-def arguments(parameters: dict[str, Any], i: int, p: Pieces) -> tuple[str, list[str]]:
-    """(expression, rules) of call rule ``i``'s arguments."""
-    return GemmaArgs(p, i).arguments(parameters)
+def arguments(parameters: dict[str, Any], i: int, quote: str, p: Pieces) -> tuple[str, list[str]]:
+    """(expression, rules) of call rule ``i``'s arguments, strings between ``quote`` tokens."""
+    return GemmaArgs(p, i, quote).arguments(parameters)
 

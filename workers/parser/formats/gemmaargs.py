@@ -5,15 +5,16 @@
            two quote tokens           value
     ->  {"city": "Paris", "days": 3, "opts": {"units": ["c"]}}
 
-FunctionGemma quotes with ``<escape>``; Gemma 4 writes the same notation with ``<|"|>`` (the quote
-is a parameter).  Keys are bare (no whitespace, ``:,{}[]<>``) or quoted.  A string is everything
-between two quotes, no escaping.  A bare value runs to the next ``,``, ``}`` or ``]``; at the top
-level the tool's schema types it (``schema.to_json``), deeper it is a JSON literal or else a string.
-A top-level string streams as it arrives unless its schema admits no string (then it is typed
-when it closes).  ``scan`` stops after the outermost ``}``; ``error`` says why the text cannot be
-arguments (the caller skips the rest of the call).
+One reader for both families that write it: FunctionGemma quotes with ``<escape>``, Gemma 4 with
+``<|"|>`` (the quote is a parameter; nothing else differs).  Keys are bare (up to ``:``, no
+``,{}[]<`` or newline; spaces inside kept, the ends trimmed) or quoted.  A string is everything
+between two quotes, no escaping.  A bare value runs to the next ``,``, ``}``, ``]`` or ``<``; at the
+top level the tool's schema types it (``schema.to_json``), deeper it is a JSON literal or else a
+string (a bare word such as ``celsius`` is a string, as vLLM reads both families).  A top-level string
+streams as it arrives unless its schema admits no string (then it is typed when it closes).  ``scan``
+stops after the outermost ``}``; ``error`` says why the text cannot be arguments (the caller skips
+the rest of the call).
 """
-
 from __future__ import annotations
 
 import re
@@ -28,7 +29,7 @@ from workers.parser.schema import _types, json_string, to_json
 if TYPE_CHECKING:
     from workers.parser.core import StreamParser
 
-_BARE_KEY = re.compile(r"[^\s:,{}\[\]<>]*")
+_BARE_KEY = re.compile(r"[^:,{}\[\]<\n]*")
 _BARE_END = re.compile(r"[,}\]<]")
 _CLOSE = {"{": "}", "[": "]"}
 T_QUOTE = "quote"
@@ -95,7 +96,8 @@ class GemmaArgs(StepReader):
         if sum(map(len, self.acc)) > NAME_MAX:
             return self._fail(f"key longer than {NAME_MAX} characters", end)
         if end < len(buf):
-            if not "".join(self.acc):
+            self.acc = ["".join(self.acc).rstrip()]
+            if not self.acc[0]:
                 return self._fail(f"expected a key, got {buf[end]!r}", end)
             self.step = self._colon
         return end
