@@ -212,26 +212,40 @@ def verdict(rows: list[dict], sizes: list[int]) -> tuple[bool, str]:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Throughput vs turn size, one line per (format, delta), with the reference as a dashed line."""
+    """Throughput vs turn size, one panel per delta size: every family a thin line (the band they span
+    shaded), hermes drawn out, the reference dashed; flat lines are linear work."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for fmt, step in sorted({(r["format"], r["delta"]) for r in rows}):
-        pts = sorted((r["size"], r["mchars_per_s"]) for r in rows if (r["format"], r["delta"]) == (fmt, step))
-        ax.plot(*zip(*pts), marker="o", linestyle="-" if step > 1 else ":", label=f"turnstream {fmt}, {step}-char")
-    ax.plot(*zip(*REFERENCE["points"]), "k--", marker="x", label=REFERENCE["name"])
-    ax.set_xscale("log")
-    sizes = sorted({r["size"] for r in rows} | {p[0] for p in REFERENCE["points"]})
-    ax.set_xticks(sizes, [f"{s // 1000}k" for s in sizes])
-    ax.minorticks_off()
-    ax.set_xlabel("turn length (characters)")
-    ax.set_ylabel("throughput (M chars/s)")
-    ax.set_title("Streaming tool-call parser throughput (higher and flatter is better)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    deltas = sorted({r["delta"] for r in rows})
+    sizes = sorted({r["size"] for r in rows})
+    fig, axes = plt.subplots(1, len(deltas), figsize=(5 * len(deltas), 4.2), sharey=True, squeeze=False)
+    top = max(r["mchars_per_s"] for r in rows)
+    for ax, step in zip(axes[0], deltas):
+        at = [r for r in rows if r["delta"] == step]
+        formats = sorted({r["format"] for r in at})
+        for fmt in formats:
+            pts = sorted((r["size"], r["mchars_per_s"]) for r in at if r["format"] == fmt)
+            ax.plot(*zip(*pts), color="tab:blue" if fmt == "hermes" else "0.65", linewidth=2 if fmt == "hermes" else 0.8,
+                    marker="o" if fmt == "hermes" else None, zorder=3 if fmt == "hermes" else 2,
+                    label="turnstream hermes" if fmt == "hermes" else None)
+        lo = [min(r["mchars_per_s"] for r in at if r["size"] == s) for s in sizes]
+        hi = [max(r["mchars_per_s"] for r in at if r["size"] == s) for s in sizes]
+        ax.fill_between(sizes, lo, hi, color="tab:blue", alpha=0.12, label=f"turnstream, {len(formats)} families")
+        if step == 4:
+            ax.plot(*zip(*REFERENCE["points"]), "k--", marker="x", label=REFERENCE["name"])
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [f"{s // 1000}k" for s in sizes])
+        ax.minorticks_off()
+        ax.set_ylim(0, top * 1.15)
+        ax.set_xlabel("turn length (characters)")
+        ax.set_title(f"{step}-character deltas")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="center left")
+    axes[0][0].set_ylabel("throughput (M chars/s, CPU time)")
+    fig.suptitle("Streaming tool-call parser throughput (higher and flatter is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
