@@ -68,8 +68,20 @@ def _minimax_m3(i: int) -> str:
     return f'{ns}<tool_call>\n{ns}<invoke name="write_file">{params}{ns}</invoke>\n{ns}</tool_call>\n'
 
 
+def _py_call(i: int) -> str:
+    return f"write_file(path='src/m{i}.py', content='{ARGS_TEXT.replace(chr(92) + chr(34), chr(34))}', mode=420)"
+
+
+def _args_json(i: int) -> str:
+    return f'{{"path": "src/m{i}.py", "content": "{ARGS_TEXT}", "mode": 420}}'
+
+
 RENDER: dict[str, Callable[[int], str]] = {
     "hermes": _hermes, "qwen3_coder": _qwen3_coder, "kimi_k2": _kimi_k2,
+    "glm45": lambda i: ("<tool_call>write_file\n" + _xml_params("<arg_key>{}</arg_key>\n<arg_value>", "</arg_value>", i)
+                        + "</tool_call>\n"),
+    "minimax_m2": lambda i: ('<minimax:tool_call>\n<invoke name="write_file">\n'
+                             + _xml_params('<parameter name="{}">', "</parameter>", i) + "</invoke>\n</minimax:tool_call>\n"),
     "longcat": lambda i: f"<longcat_tool_call>{_json_call(i)}</longcat_tool_call>\n",
     "ernie45": lambda i: f"<tool_call>\n{_json_call(i)}\n</tool_call>\n",
     "internlm": lambda i: f"<|action_start|><|plugin|>\n{_json_call(i, args_key='parameters')}<|action_end|>\n",
@@ -114,8 +126,38 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
     "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]
 
 
+# Families whose calls cannot stand between stretches of prose: their calls open the turn or close it, as
+# one section (a bare list, a marker that ends content, a channel of their own).  Their turn is the
+# reasoning and a quarter of the size in prose, then one section of calls (name: prose -> section of n calls).
+_DS_CALL = "<｜tool▁call▁begin｜>"
+SECTION: dict[str, Callable[[str, int], str]] = {
+    "llama3_json": lambda prose, n: "<|python_tag|>" + "; ".join(
+        f'{{"name": "write_file", "parameters": {_args_json(i)}}}' for i in range(n)),
+    "pythonic": lambda prose, n: "[" + ", ".join(_py_call(i) for i in range(n)) + "]",
+    "mistral": lambda prose, n: prose + "[TOOL_CALLS][" + ", ".join(
+        f'{{"name": "write_file", "arguments": {_args_json(i)}}}' for i in range(n)) + "]",
+    "deepseek_v3": lambda prose, n: prose + "<｜tool▁calls▁begin｜>" + "".join(
+        f"{_DS_CALL}function<｜tool▁sep｜>write_file\n```json\n{_args_json(i)}\n```<｜tool▁call▁end｜>"
+        for i in range(n)) + "<｜tool▁calls▁end｜>",
+    "deepseek_v31": lambda prose, n: prose + "<｜tool▁calls▁begin｜>" + "".join(
+        f"{_DS_CALL}write_file<｜tool▁sep｜>{_args_json(i)}<｜tool▁call▁end｜>" for i in range(n)) + "<｜tool▁calls▁end｜>",
+    "harmony": lambda prose, n: f"<|start|>assistant<|channel|>analysis<|message|>{prose}<|end|>" + "".join(
+        f"<|start|>assistant<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>{_args_json(i)}<|call|>"
+        for i in range(n)),
+}
+BENCHED = (*RENDER, *SECTION)
+
+
 def make_turn(fmt: str, size: int) -> tuple[str, int]:
-    """A turn of about ``size`` chars: a think block, then prose and calls alternating (4 calls per 8k)."""
+    """A turn of about ``size`` chars: a think block, then prose and calls alternating (4 calls per 8k), or,
+    for the ``SECTION`` families, the think block and prose, then one section of calls."""
+    if fmt in SECTION:
+        head = "<think>" + PROSE * 2 + "</think>\n" if fmt not in ("llama3_json", "pythonic", "harmony") else ""
+        prose = PROSE * max(1, size // 4 // len(PROSE))
+        per_call = len(SECTION[fmt](prose, 2)) - len(SECTION[fmt](prose, 1))
+        rest = len(head) + len(SECTION[fmt](prose, 1)) - per_call  # the turn less its calls
+        n = max(1, (size - rest) // per_call)
+        return head + SECTION[fmt](prose, n), n
     parts, n, calls = ["<think>" + PROSE * 2 + "</think>\n"], 0, 0
     while n < size:
         piece = PROSE * 5 + RENDER[fmt](calls)
@@ -157,7 +199,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default="bench/results/", help="output directory (default bench/results/)")
     ap.add_argument("--sizes", default="2000,8000,32000", help="turn sizes in characters")
     ap.add_argument("--deltas", default="1,4", help="delta sizes in characters")
-    ap.add_argument("--formats", default=",".join(RENDER), help=f"formats ({', '.join(RENDER)})")
+    ap.add_argument("--formats", default=",".join(BENCHED), help=f"formats ({', '.join(BENCHED)})")
     ap.add_argument("--repeat", type=int, default=5, help="best of N runs per cell")
     ap.add_argument("--check", action="store_true", help="exit 1 when the hermes targets are missed")
     return ap.parse_args(argv)

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from bench.parser import RENDER, make_turn
+from bench.parser import BENCHED, make_turn
 from bench.parser import TOOLS as BENCH_TOOLS
-from workers.parser import collect, make_parser
+from workers.parser import FORMATS, collect, make_parser
 
 CALL = '<tool_call>\n{"name": "write", "arguments": {"path": "a/b.txt", "text": "%s"}}\n</tool_call>\n'
 PROSE = "Some narration with a < b, {braces} and [brackets] that is not a call. "
@@ -60,9 +60,13 @@ def _family_work(fmt: str, size: int) -> tuple[int, int]:
     return p.work, len(text)
 
 
-@pytest.mark.parametrize("fmt", list(RENDER))
+@pytest.mark.parametrize("fmt", list(BENCHED))
 def test_every_benched_format_does_the_same_work_per_character_at_8k_and_32k(fmt: str) -> None:
     """Operation counts, not timers: a format that re-scanned its buffer would do more per character at 32k."""
     (w8, n8), (w32, n32) = _family_work(fmt, 8_000), _family_work(fmt, 32_000)
     assert 0.9 < (w32 / n32) / (w8 / n8) < 1.1, (w8, n8, w32, n32)
     assert w32 < 3 * n32
+
+
+def test_the_bench_covers_every_family() -> None:
+    assert set(BENCHED) == set(FORMATS)
