@@ -116,7 +116,8 @@ def _render(template: jinja2.Template, specials: dict[str, str], messages: list[
             tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
     """Calls' arguments as objects first; a template that concatenates them as text (DeepSeek's
     ``'...' + tool['function']['arguments']``) fails on an object, and gets them as JSON text instead."""
-    structured = _results_need_calls(template, specials)
+    structured = (any(m.get("raw") is not None and m.get("tool_calls") for m in messages)  # probe only then
+                  and _results_need_calls(template, specials))
 
     def with_calls(call: Callable[[Any], Any]) -> str:
         return template.render(messages=template_messages(messages, call, structured), tools=tools,
