@@ -32,7 +32,7 @@ from schemas.events import ToolCallReady, ToolResult
 from runtime import bus
 from runtime.config import Config, load_config
 from turnstream.embedded import EmbeddedRedis, _die_with_parent
-from turnstream.stack import child_env, spawn, stop_all
+from turnstream.processes import child_env, spawn, stop_all
 from runtime import tool_catalog
 from runtime.tool_queue import Dispatcher, arq_pool, tool_job
 from workers.tools.config import load_registry_config

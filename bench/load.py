@@ -39,7 +39,8 @@ from runtime import aio, cluster
 from runtime.config import load_config
 from schemas import keys
 from turnstream.embedded import free_port
-from turnstream.stack import start_processes, stop_all, wait_for_decoders
+from turnstream.processes import stop_all
+from turnstream.stack import start_processes, wait_for_decoders
 from workers.decode.replay import MODES, load_tokenizer
 
 

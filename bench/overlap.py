@@ -33,7 +33,7 @@ from runtime.config import Config, load_config
 from turnstream.embedded import EmbeddedRedis
 from runtime.session import Sessions
 from workers.parser import tools_called
-from turnstream.stack import spawn, stop_all
+from turnstream.processes import spawn, stop_all
 
 MODES = ("on_close", "after_turn")
 FILLER = "The plan is taking shape while the tools run in the background. "

@@ -41,7 +41,8 @@ from bench.engine import MODEL as ENGINE_MODEL
 from runtime.config import DEFAULT_MODEL_DIR, load_config
 from workers.decode.synthetic import build_checkpoint
 from turnstream.embedded import EmbeddedRedis, free_port
-from turnstream.stack import start_processes, stop_all, wait_for_decoders
+from turnstream.processes import stop_all
+from turnstream.stack import start_processes, wait_for_decoders
 
 MODES = ("prefix", "off")
 CITIES = ("Paris", "Oslo", "Rome", "Lima", "Kyiv", "Bern", "Cairo", "Quito", "Dakar", "Hanoi", "Perth", "Tunis")

@@ -13,7 +13,8 @@ import redis
 
 from runtime.config import Config, load_config
 from turnstream.embedded import EmbeddedRedis, free_port
-from turnstream.stack import spawn_kind, start_processes, stop_all
+from turnstream.processes import stop_all
+from turnstream.stack import spawn_kind, start_processes
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ from runtime import cluster
 from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.gateways import resolve as resolve_gateways
-from turnstream.processes import child_env, spawn, stop_all  # noqa: F401 (callers import them from here too)
+from turnstream.processes import spawn, stop_all
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
 

@@ -219,21 +219,6 @@ def test_a_reasoning_model_thinks_before_the_required_call(as_tokens: bool) -> N
 
 
 @pytest.mark.parametrize("as_tokens", [True, False])
-def test_seed_oss_reasons_in_its_own_span(as_tokens: bool) -> None:
-    """Seed-OSS thinks in ``<seed:think>``: the grammar's span is the parser's, and ``<think>`` is not it."""
-    markers = tuple(CALLS["seed_oss"][1]) + (("<seed:think>", "</seed:think>") if as_tokens else ())
-    comp, tok = compiler(markers)
-    call = CALLS["seed_oss"][0]
-    c = constraint_for("seed_oss", "think", TOOLS, {"tool_choice": "required"})
-    ok = "<seed:think>Weather, so get_weather.</seed:think>\n" + call
-    assert comp.violation(c, tok.encode(ok, add_special_tokens=False).ids) is None
-    wrong = "<think>Weather.</think>\n" + call
-    assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
-    turn = parse_text("seed_oss", ok, tools=TOOLS, reasoning="think")
-    assert turn.reasoning == "Weather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]
-
-
-@pytest.mark.parametrize("as_tokens", [True, False])
 def test_kimi_k3_content_sits_in_its_response_channel(as_tokens: bool) -> None:
     """K3 writes its answer inside ``<|open|>response<|sep|>..<|close|>response<|sep|>`` (special tokens in its
     tokenizer): the grammar lets those wrappers around free text and a required call, never a call inside them."""
@@ -318,16 +303,28 @@ def test_gemma4_arguments_are_typed_by_the_schema(as_tokens: bool) -> None:
         assert violation_of(bad) is not None, bad
 
 
+# A family that reasons in a span of its own: its span tokens, a turn reasoning there, and the reasoning read back.
+OWN_SPAN = {
+    "seed_oss": (("<seed:think>", "</seed:think>"), "<seed:think>Weather, so get_weather.</seed:think>\n",
+                 "Weather, so get_weather."),
+    "gemma4": (("<|channel>", "<channel|>"), "<|channel>thought\nWeather, so get_weather.<channel|>",
+               "\nWeather, so get_weather."),
+}
+
+
+@pytest.mark.parametrize("fmt", OWN_SPAN)
 @pytest.mark.parametrize("as_tokens", [True, False])
-def test_gemma4_reasons_in_its_thought_channel(as_tokens: bool) -> None:
-    """Gemma 4 thinks in ``<|channel>thought ... <channel|>``: the grammar's span is the parser's."""
-    markers = tuple(CALLS["gemma4"][1]) + (("<|channel>", "<channel|>") if as_tokens else ())
+def test_a_family_reasons_in_its_own_span(fmt: str, as_tokens: bool) -> None:
+    """Seed-OSS thinks in ``<seed:think>``, Gemma 4 in ``<|channel>thought ... <channel|>``: the grammar's span
+    is the parser's, and ``<think>`` is not it."""
+    span_tokens, thought, reasoning = OWN_SPAN[fmt]
+    markers = tuple(CALLS[fmt][1]) + (span_tokens if as_tokens else ())
     comp, tok = compiler(markers)
-    call = CALLS["gemma4"][0]
-    c = constraint_for("gemma4", "think", TOOLS, {"tool_choice": "required"})
-    ok = "<|channel>thought\nWeather, so get_weather.<channel|>" + call
+    call = CALLS[fmt][0]
+    c = constraint_for(fmt, "think", TOOLS, {"tool_choice": "required"})
+    ok = thought + call
     assert comp.violation(c, tok.encode(ok, add_special_tokens=False).ids) is None
     wrong = "<think>Weather.</think>\n" + call
     assert comp.violation(c, tok.encode(wrong, add_special_tokens=False).ids) is not None
-    turn = parse_text("gemma4", ok, tools=TOOLS, reasoning="think")
-    assert turn.reasoning == "\nWeather, so get_weather." and [c.name for c in turn.calls] == ["get_weather"]
+    turn = parse_text(fmt, ok, tools=TOOLS, reasoning="think")
+    assert turn.reasoning == reasoning and [c.name for c in turn.calls] == ["get_weather"]

@@ -22,7 +22,8 @@ from schemas.codec import encode
 from schemas.events import ContentDelta, Event, SessionEnded
 from runtime.config import Config, load_config
 from turnstream.embedded import free_port
-from turnstream.stack import spawn_kind, stop_all, wait_ready
+from turnstream.processes import stop_all
+from turnstream.stack import spawn_kind, wait_ready
 
 ALL_KINDS = ("decode", "parser", "tools", "gateway")
 MODEL = "tiny"

@@ -19,7 +19,8 @@ from gateway.metrics import Metrics, api_of
 from schemas import keys
 from schemas.events import ContentDelta, SessionEnded, TurnEnded, TurnStarted
 from turnstream.embedded import free_port
-from turnstream.stack import spawn_kind, stop_all, wait_ready
+from turnstream.processes import stop_all
+from turnstream.stack import spawn_kind, wait_ready
 
 GATEWAY_CONFIG = {"replay_rate": 100}  # a turn of 60 tokens streams for ~0.6 s: long enough to follow
 _IDS = itertools.count(1)

@@ -66,8 +66,8 @@ def _supervisor(redis_url: str, port: int, n: int, grace_s: float, **popen) -> s
                             env=_env(redis_url, port, TURNSTREAM_GATEWAY_PROCESSES=str(n)), **popen)
 
 
-def _gateway_pids(r: redis.Redis) -> set[str]:
-    """The live gateway processes by their heartbeats' ids."""
+def _gateway_beats(r: redis.Redis) -> set[str]:
+    """The live gateway processes' heartbeat keys."""
     return {k.decode() for k in r.scan_iter(match=keys.heartbeat("gateway", "*"))}
 
 
@@ -95,7 +95,7 @@ def test_processes_share_the_port_and_one_scrape_counts_them_all(redis_url: str)
     sup = _supervisor(redis_url, port, 2, grace_s=1.0)
     url = f"http://127.0.0.1:{port}"
     try:
-        _until(lambda: len(_gateway_pids(r)) == 2)
+        _until(lambda: len(_gateway_beats(r)) == 2)
         first = _children(sup.pid)
         assert len(first) == 2
         for _ in range(20):  # a new connection each: the kernel spreads them over the two sockets
@@ -105,7 +105,7 @@ def test_processes_share_the_port_and_one_scrape_counts_them_all(redis_url: str)
 
         os.kill(first[0], signal.SIGKILL)  # past its start grace: the supervisor starts another
         _until(lambda: len(c := _children(sup.pid)) == 2 and first[0] not in c)
-        _until(lambda: len(_gateway_pids(r)) >= 2)
+        _until(lambda: len(_gateway_beats(r)) >= 2)
         assert httpx.get(url + "/v1/models", timeout=10).status_code == 200
         _until(lambda: _requests_counted(url) == 21)  # the killed process's requests still count
         serving = _children(sup.pid)
