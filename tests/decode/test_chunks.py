@@ -17,6 +17,7 @@ from runtime.session import Field, Sessions, Status
 from schemas import keys
 from schemas.codec import decode_token
 from workers.decode.chunks import AbortCheck, ChunkWriter
+from workers.decode.constraints.formats import FORMATS, call_ends
 
 SLOW_TICK_MS = 60_000.0  # no round comes from the clock within a test
 
@@ -50,6 +51,35 @@ async def test_the_first_token_leaves_at_once_and_later_ones_wait_for_the_round(
     chunks = await _chunks(r, "s1")
     assert [(c.seq, c.text, c.n_tokens) for c in chunks] == [(0, "a", 1), (1, "bc", 3)]
     assert before <= chunks[0].t_emit <= chunks[1].t_emit <= time.time()  # a chunk dates from its oldest delta
+
+
+async def test_the_end_of_a_call_leaves_at_once_even_split_across_deltas(r) -> None:
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = w.open(keys.tokens("e1"), keys.session("e1"), turn=0, attempt=1, ends=call_ends("hermes"))
+    w.add(tc, "<tool_call>", 1)  # the first chunk: at once
+    await asyncio.sleep(0.05)
+    w.add(tc, '{"name": "f", "arguments": {}}\n', 9)
+    w.add(tc, "</tool", 1)
+    await asyncio.sleep(0.05)
+    assert len(await _chunks(r, "e1")) == 1  # no end yet: waits for the clock
+    w.add(tc, "_call>", 1)  # completes the marker the delta before began
+    await asyncio.sleep(0.05)
+    chunks = await _chunks(r, "e1")
+    assert [c.text for c in chunks] == ["<tool_call>", '{"name": "f", "arguments": {}}\n</tool_call>']
+    w.add(tc, "\nok", 1)  # the marker is in the text kept from before: no round for it again
+    await asyncio.sleep(0.05)
+    assert len(await _chunks(r, "e1")) == 2
+    await w.flush(tc)
+    assert (await _chunks(r, "e1"))[-1].text == "\nok"
+
+
+def test_every_format_but_mistral_names_the_text_that_ends_its_calls() -> None:
+    """mistral's calls end with the turn (which sends everything); the others' ends leave at once."""
+    assert call_ends("hermes") == ("</tool_call>",)
+    assert call_ends("harmony") == ("<|call|>",)
+    assert call_ends("pythonic") == (")", "]")
+    assert call_ends("no-such-format") == ()
+    assert [f for f in FORMATS if not call_ends(f)] == ["mistral"]
 
 
 async def test_a_step_of_many_turns_leaves_in_one_round_trip(r) -> None:

@@ -4,7 +4,7 @@
                                                                           XADD each turn's buffered text
       a turn's first token: a round at once (this loop iteration's end)   (+ HMGET status, turn where that
       later tokens: a round every ``ms`` for every turn (one clock), or   turn's abort check is due),
-      at once when a turn buffered ``n`` tokens                            ONE pipelined round trip
+      at once when a turn buffered ``n`` tokens or the end of a call       ONE pipelined round trip
 
 Contracts:
 
@@ -14,7 +14,9 @@ Contracts:
   meanwhile merges per turn into its next chunk (the writer coalesces while redis lags).
 * **Sized by step and time, not per token.**  After a turn's first chunk (which leaves at once:
   time to first token is never traded), a turn's text waits for the next round: at most ``ms``
-  after the previous one began, or sooner when some turn buffered ``n`` tokens.
+  after the previous one began, or sooner when some turn buffered ``n`` tokens or the text that
+  may end one of its calls (``ends``: its format's close markers), so that a tool never waits for
+  the clock to start.
 * **In order, exactly once downstream.**  A turn's chunks carry consecutive ``seq`` and leave in
   order.  A round that fails because redis is unreachable is sent again, whole, every
   ``bus.RETRY_S`` for up to ``outage_s``; an XADD whose reply was lost is appended twice and the
@@ -77,11 +79,15 @@ class AbortCheck:
 class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
-    __slots__ = ("abort", "attempt", "error", "first", "head", "pending", "seq", "session_key", "since", "stream",
-                 "text", "tokens", "turn", "waiters")
+    __slots__ = ("abort", "attempt", "ends", "error", "first", "head", "keep", "pending", "seq", "session_key",
+                 "since", "stream", "tail", "text", "tokens", "turn", "waiters")
 
-    def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None) -> None:
+    def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None,
+                 ends: tuple[str, ...] = ()) -> None:
         self.stream, self.session_key, self.turn, self.attempt, self.abort = stream, session_key, turn, attempt, abort
+        self.ends = ends  # text that may end a call: its arrival sends the turn's buffer at once
+        self.keep = max(map(len, ends), default=1) - 1  # what ``tail`` keeps: a marker split across deltas
+        self.tail = ""  # the end of the text added so far (``keep`` characters)
         self.text: list[str] = []  # buffered, not yet taken into a round
         self.tokens = 0
         self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
@@ -128,8 +134,8 @@ class ChunkWriter:
         self._tasks: set[asyncio.Task] = set()
 
     def open(self, stream: str, session_key: str, turn: int, attempt: int,
-             abort: AbortCheck | None = None) -> TurnChunks:
-        return TurnChunks(stream, session_key, turn, attempt, abort)
+             abort: AbortCheck | None = None, ends: tuple[str, ...] = ()) -> TurnChunks:
+        return TurnChunks(stream, session_key, turn, attempt, abort, ends)
 
     def add(self, tc: TurnChunks, text: str, n_tokens: int) -> None:
         """Buffer a delta of ``tc`` for the next round; raises the turn's error if a round failed it."""
@@ -142,9 +148,16 @@ class ChunkWriter:
         tc.text.append(text)
         tc.tokens += n_tokens
         self.dirty[tc] = None
-        if tc.first or tc.tokens >= self.n:
+        if tc.first or tc.tokens >= self.n or (tc.ends and self._ends_call(tc, text)):
             self.urgent = True
         self._schedule()
+
+    @staticmethod
+    def _ends_call(tc: TurnChunks, text: str) -> bool:
+        """Whether ``text`` completes one of ``tc.ends`` (one that began in the text before it included)."""
+        seen, old = tc.tail + text, len(tc.tail)
+        tc.tail = seen[-tc.keep:] if tc.keep else ""
+        return any(end in seen[max(0, old - len(end) + 1):] for end in tc.ends)
 
     def lead(self, tc: TurnChunks, build: Callable[[Any], Any]) -> None:
         """Send ``build(pipe)`` (one command) in the round that carries ``tc``'s next chunk, just ahead of it."""

@@ -34,6 +34,7 @@ from schemas.codec import encode
 from schemas.events import Event, ParseTurn, TokenEnd, TurnRestarted, TurnStarted
 from workers.decode.chunks import AbortCheck, ChunkWriter, TurnChunks
 from workers.decode.constraints import turn_constraint
+from workers.decode.constraints.formats import call_ends
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 from workers.decode.kv_holds import KvHolds
 
@@ -97,7 +98,8 @@ class TurnRun:
     async def _stream(self) -> None:
         gen = self.ctx.engine.generate(self.req).__aiter__()
         chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
-                                    AbortCheck(self.ctx.engine, self.req, self.sid, self.turn))
+                                    AbortCheck(self.ctx.engine, self.req, self.sid, self.turn),
+                                    ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
         try:
             await self._pump(gen, chunks)
             await self.ctx.chunks.flush(chunks)

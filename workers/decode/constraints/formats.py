@@ -153,3 +153,16 @@ HARMONY_CALL = ("<|channel|>", "commentary to=functions." + NAME + " ", "<|const
 HARMONY_OPENER_RE = r"<\|channel\|>|<\|start\|>|to=functions\."
 FORMATS = tuple(SYNTAX) + ("harmony",)
 
+
+def call_ends(fmt: str) -> tuple[str, ...]:
+    """Text whose arrival may complete a call of ``fmt``: the last piece of its call's close and of its
+    section's close (harmony: ``<|call|>``).  The decoder's chunk writer sends a turn's buffered text at
+    once when one arrives, so the parser meets a call's end without waiting for the next write round.
+    A piece common in arguments (``}``, ``)``) only sends more rounds; mistral's calls end with the turn."""
+    if fmt == "harmony":
+        return ("<|call|>",)
+    syntax = SYNTAX.get(fmt)
+    if syntax is None:
+        return ()
+    return tuple(dict.fromkeys(close[-1] for close in (syntax.call_close, syntax.section_close) if close))
+
