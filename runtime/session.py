@@ -64,6 +64,7 @@ class Claim(enum.IntEnum):
     DONE = -1  # the turn was already generated
     HELD_BY_ME = -2  # we hold it already: a duplicate job
     HELD_BY_OTHER = -3  # another decoder holds it
+    INACTIVE = -4  # the session is not active (ended, cancelled) or gone: nothing to generate
 
 
 class Claimed(NamedTuple):
@@ -103,8 +104,10 @@ class Field:
         return f"end:{turn}"
 
 
-# claim turn T for ME: 1st claim, or take over from a holder we were told is dead.
+# claim turn T for ME: 1st claim, or take over from a holder we were told is dead; never on a
+# session that is not active (a missing one included: no record is created).
 _CLAIM = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'active' then return -4 end
 local holder = redis.call('HGET', KEYS[1], 'claim:' .. ARGV[1])
 if redis.call('HEXISTS', KEYS[1], 'done:' .. ARGV[1]) == 1 then return -1 end
 if (not holder) or holder == ARGV[3] then
@@ -200,11 +203,30 @@ def _s(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else ("" if x is None else str(x))
 
 
+def _info(sid: str, h: list[Any]) -> SessionInfo | None:
+    """A session's record from the HMGET of ``_RECORD``; None when there is none."""
+    if h[0] is None:
+        return None
+    return SessionInfo(sid, Status(_s(h[0])), int(h[1] or 0), _s(h[2]), _s(h[3]), int(h[4] or 8),
+                       json.loads(h[5] or "[]"), json.loads(h[6] or "{}"), json.loads(h[7] or "{}"),
+                       json.loads(h[8] or "[]"), SessionMode(_s(h[9]) or SessionMode.LOOP))
+
+
+class TurnStart(NamedTuple):
+    """What ``Sessions.start_turn`` read for a decoder taking a turn job."""
+
+    info: SessionInfo | None
+    claimed: Claimed
+    messages: list[dict[str, Any]]  # read after the claim
+    after: str  # the token log's newest id, read after the claim
+
+
 def new_sid() -> str:
     return uuid.uuid4().hex[:16]
 
 
 TAKEOVER_PAGE = 256  # events read per round trip when a parser looks for what it published before
+FIRST_PAGE = 8  # in its first one (the scan of a fresh turn stops at the first row: an earlier turn's event)
 TAKEOVER_SCAN = 4096  # and at most this many: beyond them it trusts its mark (readers drop repeats)
 
 _RECORD = ("status", "turn", "owner", "key", "max_turns", "tools", "params", "meta", "client_tools", "mode")
@@ -247,12 +269,24 @@ class Sessions:
                              self.batcher.submit(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})))
 
     async def get(self, sid: str) -> SessionInfo | None:
-        h = await self.r.hmget(keys.session(sid), *_RECORD)
-        if h[0] is None:
-            return None
-        return SessionInfo(sid, Status(_s(h[0])), int(h[1] or 0), _s(h[2]), _s(h[3]), int(h[4] or 8),
-                           json.loads(h[5] or "[]"), json.loads(h[6] or "{}"), json.loads(h[7] or "{}"),
-                           json.loads(h[8] or "[]"), SessionMode(_s(h[9]) or SessionMode.LOOP))
+        return _info(sid, await self.r.hmget(keys.session(sid), *_RECORD))
+
+    async def start_turn(self, sid: str, turn: int, me: str) -> TurnStart:
+        """What a decoder taking turn ``turn`` of ``sid`` needs, in ONE round trip: the session's
+        record, its claim of the turn (``claim_turn``; never on a session that is not active), and,
+        read after the claim, the conversation and the token log's newest id (where the turn's
+        parse starts).  The reads are what ``messages`` and ``bus.last_id`` return after a claim."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hmget(keys.session(sid), *_RECORD)
+        # EVAL with the script's text: never NOSCRIPT, so the reads behind it always follow a claim
+        bus.ScriptCall(self._claim, [keys.session(sid)], [turn, me, "\x00"]).with_text(pipe)
+        pipe.lrange(keys.messages(sid), 0, -1)
+        pipe.xrevrange(keys.tokens(sid), count=1)
+        h, n, msgs, rows = await pipe.execute()
+        n = int(n)
+        return TurnStart(_info(sid, h), Claimed(Claim.CLAIMED, n) if n > 0 else Claimed(Claim(n)),
+                         [json.loads(m) for m in msgs], _s(rows[0][0]) if rows else "0-0")
+
 
     async def field(self, sid: str, name: str) -> str | None:
         v = await self.r.hget(keys.session(sid), name)
@@ -321,13 +355,29 @@ class Sessions:
         newest parser event of that attempt in the tail of the log, read back to the attempt's
         ``turn.started`` (the decoder publishes it before the attempt's first token), an earlier
         turn's event, or ``TAKEOVER_SCAN`` entries -- and whether the turn's ``session.ended`` is out."""
-        mark_s, ended = await self.r.hmget(keys.session(sid), Field.parser_seq(turn, attempt), Field.ended(turn))
-        return await self._published(sid, turn, attempt, int(mark_s or -1)), ended is not None
+        _, published, ended = await self.parser_open(sid, turn, attempt, record=False)
+        return published, ended
 
-    async def _published(self, sid: str, turn: int, attempt: int, mark: int) -> int:
-        stream, top, scanned = keys.events(sid), "+", 0
+    async def parser_open(self, sid: str, turn: int, attempt: int,
+                          record: bool = True) -> tuple[SessionInfo | None, int, bool]:
+        """The session's record (``get``; None when ``record`` is False) and ``parser_start``'s answer,
+        with the first page of its scan, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        if record:
+            pipe.hmget(keys.session(sid), *_RECORD)
+        pipe.hmget(keys.session(sid), Field.parser_seq(turn, attempt), Field.ended(turn))
+        pipe.xrevrange(keys.events(sid), count=FIRST_PAGE)
+        *h, (mark_s, ended), rows = await pipe.execute()
+        info = _info(sid, h[0]) if record else None
+        return info, await self._published(sid, turn, attempt, int(mark_s or -1), rows), ended is not None
+
+    async def _published(self, sid: str, turn: int, attempt: int, mark: int, first: list[Any]) -> int:
+        """``parser_start``'s scan of the event log's tail, from its first page (``FIRST_PAGE`` rows)."""
+        stream, top, scanned, rows, page = keys.events(sid), "+", 0, first, FIRST_PAGE
         while scanned < TAKEOVER_SCAN:
-            rows = await self.r.xrevrange(stream, max=top, count=TAKEOVER_PAGE)
+            if rows is None:
+                rows = await self.r.xrevrange(stream, max=top, count=TAKEOVER_PAGE)
+                page = TAKEOVER_PAGE
             for raw_id, fields in rows:
                 env = event_envelope(fields.get(bus.FIELD, b""))
                 if env is None:
@@ -336,10 +386,10 @@ class Sessions:
                     return max(mark, env.seq)
                 if env.turn < turn or (env.kind == "turn.started" and (env.turn, env.attempt) == (turn, attempt)):
                     return mark
-            if len(rows) < TAKEOVER_PAGE:
+            if len(rows) < page:
                 return mark
             scanned += len(rows)
-            top = "(" + _s(rows[-1][0])
+            top, rows = "(" + _s(rows[-1][0]), None
         return mark
 
     async def publish_once(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],

@@ -22,19 +22,25 @@ async def test_a_duplicate_job_read_beside_its_first_is_not_generated_twice(redi
     worker = DecodeWorker(cfg, build_engine(cfg), r)
     await worker.engine.start()
     await Sessions(r).create("dup", [{"role": "user", "content": "hi"}], meta={"replay": ["Hello there."]})
-    claim, claims, first_claimed = worker.sessions.claim_turn, [], asyncio.Event()
+    start, claim = worker.sessions.start_turn, worker.sessions.claim_turn
+    claims, first_claimed = [], asyncio.Event()
 
-    async def first_reply_last(sid: str, turn: int, me: str, dead_holder: str = ""):
-        claims.append(dead_holder)
+    async def first_reply_last(sid: str, turn: int, me: str):
+        claims.append("")
         if len(claims) > 1:  # the first claim runs first on the server...
             await first_claimed.wait()
-            return await claim(sid, turn, me, dead_holder)
-        out = await claim(sid, turn, me, dead_holder)
+            return await start(sid, turn, me)
+        out = await start(sid, turn, me)
         first_claimed.set()
         await asyncio.sleep(0.3)  # ...and its reply comes back last
         return out
 
-    monkeypatch.setattr(worker.sessions, "claim_turn", first_reply_last)
+    async def takeover(sid: str, turn: int, me: str, dead_holder: str = ""):
+        claims.append(dead_holder)
+        return await claim(sid, turn, me, dead_holder)
+
+    monkeypatch.setattr(worker.sessions, "start_turn", first_reply_last)
+    monkeypatch.setattr(worker.sessions, "claim_turn", takeover)
     job = encode(StartTurn(sid="dup", turn=0))
     try:
         await asyncio.wait_for(asyncio.gather(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", job)),

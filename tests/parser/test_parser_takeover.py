@@ -7,7 +7,7 @@ import asyncio
 
 from runtime import bus
 from runtime.config import load_config
-from runtime.session import TAKEOVER_PAGE, Field, Sessions, Status
+from runtime.session import FIRST_PAGE, TAKEOVER_PAGE, Field, Sessions, Status
 from schemas import keys
 from schemas.codec import decode_event, encode
 from schemas.events import (ContentDelta, Event, ParseTurn, SessionEnded, TokenChunk, TokenEnd, ToolResult,
@@ -45,8 +45,12 @@ async def test_what_a_parser_published_is_read_back_from_the_log(r) -> None:
     assert await sessions.parser_start("s", 0, 2) == (5, False)  # the ordered publishes' mark
     await bus.publish(r, [_delta(0, 2, 6)] + [_result(0)] * (TAKEOVER_PAGE + 10))
     assert await sessions.parser_start("s", 0, 2) == (6, False)  # found a page further back
+    await bus.publish(r, [_delta(0, 2, 7)] + [_result(0)] * (FIRST_PAGE + 3))
+    assert await sessions.parser_start("s", 0, 2) == (7, False)  # past the first, short page
+    info, published, ended = await sessions.parser_open("s", 0, 2)  # with the record, one round trip
+    assert info is not None and info.active and (published, ended) == (7, False)
     await sessions.set_fields("s", **{Field.ended(0): 0})
-    assert await sessions.parser_start("s", 0, 2) == (6, True)  # and the turn's session.ended is out
+    assert await sessions.parser_start("s", 0, 2) == (7, True)  # and the turn's session.ended is out
 
 
 async def _parse(worker: ParserWorker, job: ParseTurn, until: int | None = None) -> None:

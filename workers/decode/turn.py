@@ -59,8 +59,12 @@ class TurnContext:
 class TurnRun:
     """Generates turn ``turn`` (attempt ``attempt``) of one session; ``run`` returns when it ended."""
 
-    def __init__(self, ctx: TurnContext, info: SessionInfo, turn: int, attempt: int, continuation: bool) -> None:
+    def __init__(self, ctx: TurnContext, info: SessionInfo, turn: int, attempt: int, continuation: bool,
+                 messages: list[dict] | None = None, after: str | None = None) -> None:
+        """``messages`` and ``after`` (the token log's newest id), when the caller read them after
+        its claim (``Sessions.start_turn``); else ``run`` reads them."""
         self.ctx, self.info, self.turn, self.attempt, self.continuation = ctx, info, turn, attempt, continuation
+        self.messages, self.after = messages, after
         self.sid = info.sid
         self.parts: list[str] = []
         self.last: GenerateDelta | None = None
@@ -68,7 +72,7 @@ class TurnRun:
         self.prefill = ""  # the forced start of the turn: it leads the first delta
 
     async def run(self) -> None:
-        messages = await self.ctx.sessions.messages(self.sid)
+        messages = self.messages if self.messages is not None else await self.ctx.sessions.messages(self.sid)
         self.req = GenerateRequest(rid=f"{self.sid}:{self.turn}:{self.attempt}", session=self.sid, messages=messages,
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
                                    continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
@@ -87,8 +91,8 @@ class TurnRun:
     async def _announce(self) -> None:
         """Queue the turn's parse job and route the conversation's next requests here, in one round
         trip (before the turn ends, so that a client's immediate follow-up already finds the route)."""
-        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me,
-                        after=await bus.last_id(self.ctx.r, keys.tokens(self.sid)))
+        after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
+        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
         pipe = self.ctx.r.pipeline(transaction=False)
         pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
         key = routing.conversation_key(self.req.messages, self.req.tools)

@@ -21,7 +21,7 @@ from runtime import bus
 from runtime.config import Config, default_worker_id
 from runtime.consumer import REDIS_DOWN, Consumer, Done
 from runtime.heartbeat import Heartbeat
-from runtime.session import Claim, Field
+from runtime.session import Claim, Claimed, Field
 from runtime.turns import Turns
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job
@@ -105,9 +105,9 @@ class DecodeWorker:
             case job:
                 raise UndecodableEntry(f"not a decode job: {type(job).__name__}")
 
-    async def _claim(self, sid: str, turn: int) -> int | Done:
-        """The attempt number if we now own the turn, else what to do with the job."""
-        claimed = await self.sessions.claim_turn(sid, turn, self.me)
+    async def _claim(self, sid: str, turn: int, claimed: Claimed) -> int | Done:
+        """The attempt number if we now own the turn (``claimed``: the first claim's outcome), else
+        what to do with the job."""
         if claimed.claim is Claim.HELD_BY_ME:  # not running here (``_turn``): an attempt of ours that broke off
             log.info("sid=%s turn=%d resuming a turn this decoder dropped (redis was unavailable)", sid, turn)
             claimed = await self.sessions.claim_turn(sid, turn, self.me, dead_holder=self.me)
@@ -129,13 +129,16 @@ class DecodeWorker:
             return Done.ACK
         self.running.add((sid, turn))
         try:
-            info = await self.sessions.get(sid)
-            if info is None or not info.active:
+            start = await self.sessions.start_turn(sid, turn, self.me)  # record, claim, reads: one round trip
+            if start.info is None or not start.info.active or start.claimed.claim is Claim.INACTIVE:
                 return Done.ACK
-            attempt = await self._claim(sid, turn)
+            attempt = await self._claim(sid, turn, start.claimed)
             if isinstance(attempt, Done):
                 return attempt
-            await TurnRun(self.ctx, info, turn, attempt, continuation).run()
+            # the reads behind a first claim that took the turn are the turn's; after a takeover, read again
+            first = start.claimed.claim is Claim.CLAIMED
+            await TurnRun(self.ctx, start.info, turn, attempt, continuation,
+                          messages=start.messages if first else None, after=start.after if first else None).run()
         finally:
             self.running.discard((sid, turn))
         return Done.ACK

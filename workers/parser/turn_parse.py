@@ -105,7 +105,9 @@ class TurnParse:
 
     async def start(self) -> bool:
         """Read the session and what was already published; False when the session is gone."""
-        info = await self.ctx.sessions.get(self.sid)
+        # ended: the turn's session.ended is out (a replay after a cancel), or an ordered publish
+        # finds it later: nothing more goes out.  One round trip with the session's record.
+        info, self.published, self.ended = await self.ctx.sessions.parser_open(self.sid, self.turn, self.attempt)
         if info is None:
             return False
         self.info = info
@@ -114,9 +116,6 @@ class TurnParse:
         self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,
                                   reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
                                   calls=calls)
-        # ended: the turn's session.ended is out (a replay after a cancel), or an ordered publish
-        # finds it later: nothing more goes out
-        self.published, self.ended = await self.ctx.sessions.parser_start(self.sid, self.turn, self.attempt)
         return True
 
     async def ended_elsewhere(self) -> bool:
