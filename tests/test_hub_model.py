@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import openai
 
 from tests.hub_cache import add_snapshot
