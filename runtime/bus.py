@@ -230,8 +230,15 @@ class GroupReader:
                     break
         return out
 
-    async def ack(self, entry: Entry) -> None:
-        await self.r.xack(entry.stream, self.group, entry.id)
+    async def ack(self, entry: Entry, delete: bool = False) -> None:
+        """Acknowledge ``entry``; with ``delete``, remove it from its stream in the same round trip."""
+        if not delete:
+            await self.r.xack(entry.stream, self.group, entry.id)
+            return
+        pipe = self.r.pipeline(transaction=False)  # one stream: one slot
+        pipe.xack(entry.stream, self.group, entry.id)
+        pipe.xdel(entry.stream, entry.id)
+        await pipe.execute()
 
 
 async def dead_letter(r: aioredis.Redis, entry: Entry, reason: str, group: str | None = None) -> None:
@@ -309,6 +316,9 @@ async def tail(r: aioredis.Redis, stream: str, after: str, block_ms: int = 1000,
     return await read_many(r, {stream: after}, count, block_ms)
 
 
+WAKE_TTL_S = 86_400  # a wake stream's TTL, renewed every hour by the wakes
+
+
 class WakeableRead:
     """ONE blocking read over a changing set of streams, which ``wake()`` interrupts.
 
@@ -330,6 +340,7 @@ class WakeableRead:
         self.batcher = batcher or Batcher(r)  # a shared one: a wake leaves with the others' commands
         self._cursor = "0-0"
         self._waking = False
+        self._refresh_at = 0.0  # when the wake stream's TTL is next renewed (with a wake)
         self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
 
     async def read(self, streams: Mapping[str, str]) -> list[Entry]:
@@ -376,8 +387,11 @@ class WakeableRead:
         return True
 
     def _submit_wake(self) -> list[asyncio.Future]:
-        return [self.batcher.submit(lambda p: p.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True)),
-                self.batcher.submit(lambda p: p.expire(self.wake_key, 86_400))]
+        sent = [self.batcher.submit(lambda p: p.xadd(self.wake_key, {b"w": b"1"}, maxlen=16, approximate=True))]
+        if (now := time.monotonic()) >= self._refresh_at:  # the stream outlives a dead reader by a day at most
+            self._refresh_at = now + WAKE_TTL_S / 24
+            sent.append(self.batcher.submit(lambda p: p.expire(self.wake_key, WAKE_TTL_S)))
+        return sent
 
     def _sent(self, fut: asyncio.Future) -> None:
         exc = None if fut.cancelled() else fut.exception()
@@ -427,14 +441,6 @@ def many_reader(r: aioredis.Redis) -> Any:
 
         return ClusterReads(r)
     return ServerReads(r)
-
-
-async def expire_session(r: aioredis.Redis, sid: str, turns: int, ttl_s: int) -> None:
-    """Give every key of an ended session a TTL."""
-    pipe = r.pipeline(transaction=False)
-    for key in keys.session_keys(sid, turns):
-        pipe.expire(key, ttl_s)
-    await pipe.execute()
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,7 @@ class Consumer:
         again = False
         try:
             if await self.handler.handle(entry) is Done.ACK:
-                await self.reader.ack(entry)
-                if self.delete_acked(entry.stream):
-                    await self.reader.r.xdel(entry.stream, entry.id)
+                await self.reader.ack(entry, delete=self.delete_acked(entry.stream))
         except UndecodableEntry as exc:
             await bus.dead_letter(self.reader.r, entry, str(exc), self.reader.group)
         except asyncio.CancelledError:

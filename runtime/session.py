@@ -18,7 +18,7 @@ Session hash ``ts:s:{sid}`` fields (spelled only here: ``Field``)::
 One writer per fact: the gateway creates the record and continues it; the decoder claims turns
 and marks them generated; the parser records each turn's assistant message once (``asst:{T}``,
 from the same parse the client saw); the conversation list is appended only by
-``runtime.turns.fold_turn``.  Nothing is published for a turn after its ``session.ended``:
+``runtime.turns.Turns.fold`` (or the ending that folds).  Nothing is published for a turn after its ``session.ended``:
 every publishing script checks ``end:{T}``; the parser's per-token events, plain XADDs
 (``append_call``), are dropped by readers when they land after it.  Every script touches only
 keys with the same ``{sid}`` hash tag (one cluster slot).
@@ -119,13 +119,19 @@ return -3
 """
 
 # append turn T's messages to the conversation exactly once.
-_APPEND = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'conv_turn') or '-1')
-if cur >= tonumber(ARGV[1]) then return 0 end
-for i = 2, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'conv_turn', ARGV[1])
-return 1
+# append turn ARGV[turn]'s conversation entries ARGV[first..last] once (``conv_turn``): shared by
+# ``_APPEND`` and ``_END``, so the conversation has one spelling of its exactly-once append.
+_FOLD = """
+local function fold(rec, msgs, turn, first, last)
+  if tonumber(redis.call('HGET', rec, 'conv_turn') or '-1') >= turn then return 0 end
+  for i = first, last do redis.call('RPUSH', msgs, ARGV[i]) end
+  redis.call('HSET', rec, 'conv_turn', turn)
+  return 1
+end
 """
+
+# KEYS: record, conversation.  ARGV: turn, then its entries.
+_APPEND = _FOLD + "return fold(KEYS[1], KEYS[2], tonumber(ARGV[1]), 2, #ARGV)\n"
 
 # XADD events whose seq is beyond what this (turn, attempt, src) already published, unless the
 # turn's session.ended is out.  ARGV: cursor field, maxlen, end field, then (seq, data) pairs.
@@ -148,7 +154,7 @@ return last
 # create the record (ARGV[1] field/value pairs follow) and its first messages (the rest of ARGV).
 _CREATE = """
 local n = tonumber(ARGV[1])
-for i = 2, 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2, 1 + 2 * n))
 for i = 2 + 2 * n, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 return 1
 """
@@ -160,12 +166,19 @@ redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
 return 1
 """
 
-# publish turn T's session.ended once and set the final status with it (first ending wins:
-# a cancel is not overwritten by the aborted turn's own ending).
-_END = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], '0', 'status', ARGV[4], 'ended', ARGV[5])
+# fold turn T's entries (when given), then publish its session.ended once, set the final status with
+# it and give every key of the session a TTL (first ending wins: a cancel is not overwritten by the
+# aborted turn's own ending).  KEYS: ``keys.session_keys`` (record, conversation, tokens, events,
+# barriers).  ARGV: T, end field, maxlen, data, status, time, ttl (0: none), then T's entries.
+_END = _FOLD + """
+if #ARGV > 7 then fold(KEYS[1], KEYS[2], tonumber(ARGV[1]), 8, #ARGV) end
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return 0 end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'd', ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[2], '0', 'status', ARGV[5], 'ended', ARGV[6])
+local ttl = tonumber(ARGV[7])
+if ttl > 0 then
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
 return 1
 """
 
@@ -250,7 +263,9 @@ class Sessions:
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
                      client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> None:
-        """Write the session record and its first messages (one script), then index it as active."""
+        """Write the session record and its first messages (one script), then index it as active: the
+        index is the sweep's (a completed turn never continued, an overdue client call), which a
+        ONESHOT session, one turn whose calls all go back to its caller, never needs."""
         record = {
             "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": repr(time.time()),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
@@ -261,12 +276,18 @@ class Sessions:
             args += [name, value]
         args += [json.dumps(m) for m in messages]
         ks = [keys.session(sid), keys.messages(sid)]  # the session's own slot
+        create = bus.ScriptCall(self._create, ks, args)
+        writes: list[Callable[[Any], Any]] = [create]
+        if SessionMode(mode) is not SessionMode.ONESHOT:
+            writes.append(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()}))  # a global key, another slot
         if self.batcher is None:
-            await self._create(keys=ks, args=args)
-            await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})  # a global key, another slot
+            pipe = self.r.pipeline(transaction=False)
+            writes[0] = create.with_text  # never NOSCRIPT in a plain pipeline
+            for write in writes:
+                write(pipe)
+            await pipe.execute()
             return
-        await asyncio.gather(self.batcher.submit(bus.ScriptCall(self._create, ks, args)),  # one round trip
-                             self.batcher.submit(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})))
+        await asyncio.gather(*(self.batcher.submit(write) for write in writes))  # one round trip
 
     async def get(self, sid: str) -> SessionInfo | None:
         return _info(sid, await self.r.hmget(keys.session(sid), *_RECORD))
@@ -404,7 +425,26 @@ class Sessions:
             return int(await self._publish(keys=call.keys, args=call.args))
         return int(await self.batcher.call(call))
 
-    async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int) -> bool:
-        """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended."""
-        args = [Field.ended(turn), maxlen, data, status.value, repr(time.time())]
-        return bool(await self._end(keys=[keys.session(sid), keys.events(sid)], args=args))
+    async def record_and_publish(self, sid: str, turn: int, message: dict[str, Any], call: bus.ScriptCall) -> int:
+        """``record_message`` and a ``publish_call`` (the turn's last events) in one round trip, the
+        message first: whoever sees the turn's end finds its message.  Returns ``publish``'s mark."""
+        def record(pipe: Any) -> Any:
+            return pipe.hset(keys.session(sid), Field.message(turn), json.dumps(message))
+
+        if self.batcher is None:
+            pipe = self.r.pipeline(transaction=False)
+            record(pipe)
+            call.with_text(pipe)
+            _, mark = await pipe.execute()
+        else:  # queued back to back: the batcher sends them in order, in its next round trip
+            _, mark = await asyncio.gather(self.batcher.submit(record), self.batcher.submit(call))
+        return int(mark)
+
+    async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int, *,
+                       entries: list[dict[str, Any]] | None = None, ttl_s: int = 0) -> bool:
+        """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended.
+        In the same script: ``entries`` (the turn's conversation entries) are appended once, whether
+        or not the turn had ended, and when it ends here every key of the session gets ``ttl_s``."""
+        args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
+        args += [json.dumps(m) for m in entries or ()]
+        return bool(await self._end(keys=keys.session_keys(sid, turn + 1), args=args))

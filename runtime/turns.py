@@ -73,11 +73,14 @@ class Turns:
 
     async def fold(self, sid: str, turn: int, info: SessionInfo) -> bool:
         """Append turn ``turn`` to the conversation once; False if it is there or not recorded yet."""
+        entries = await self._entries(sid, turn, info)
+        return bool(entries) and await self.sessions.append_turn(sid, turn, entries)
+
+    async def _entries(self, sid: str, turn: int, info: SessionInfo) -> list[dict[str, Any]]:
+        """Turn ``turn``'s conversation entries from its recorded message and results ([]: not recorded)."""
         message, results = await asyncio.gather(self.sessions.turn_message(sid, turn),
                                                 self.barrier.results(sid, turn))  # side by side
-        if message is None:
-            return False
-        return await self.sessions.append_turn(sid, turn, turn_messages(message, results, info))
+        return [] if message is None else turn_messages(message, results, info)
 
     async def complete(self, sid: str, turn: int) -> None:
         """The barrier told us we completed ``turn``: fold it, then continue the session or end it."""
@@ -100,20 +103,27 @@ class Turns:
         await self.barrier.send_continuation(sid, turn)
 
     async def end(self, sid: str, turn: int, reason: str, content: str = "", *,
-                  info: SessionInfo | None = None) -> bool:
+                  info: SessionInfo | None = None, parsed: dict[str, Any] | None = None) -> bool:
         """Fold the turn, publish ``session.ended`` once per turn, mark the record ended and let its
-        keys expire.  The first ending of a turn wins: a cancel is not overwritten by the aborted
-        turn's own end.  A continued session (a new user message) ends again at a later turn."""
+        keys expire, in one script.  The first ending of a turn wins: a cancel is not overwritten by
+        the aborted turn's own end.  A continued session (a new user message) ends again at a later turn.
+
+        ``parsed``: the turn's message as its parser just recorded it, given when the turn has no
+        results to fold (no calls, or a ONESHOT turn, whose calls go back to its caller): nothing is
+        read back.  A ONESHOT session was never indexed as active (``Sessions.create``)."""
         info = info or await self.sessions.get(sid)
+        entries: list[dict[str, Any]] = []
         if info is not None:
-            await self.fold(sid, turn, info)
+            entries = (turn_messages(parsed, [], info) if parsed is not None
+                       else await self._entries(sid, turn, info))
         ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
                    body=SessionEnded(reason=reason, content=content))
         status = Status.CANCELLED if reason == "cancelled" else Status.ENDED
-        if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN):
+        if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN,
+                                            entries=entries, ttl_s=self.ttl_s):
             return False
-        await asyncio.gather(self.r.zrem(keys.ACTIVE_SESSIONS, sid),  # a global key: another slot
-                             bus.expire_session(self.r, sid, turn + 1, self.ttl_s))
+        if info is None or not info.oneshot:
+            await self.r.zrem(keys.ACTIVE_SESSIONS, sid)  # a global key: another slot
         return True
 
     async def fail(self, entry: bus.Entry, message: str, code: str = "worker_error") -> None:

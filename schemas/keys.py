@@ -25,7 +25,8 @@ one session's keys share a slot and no script ever touches two slots.
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
     ts:tools:specs              hash: tool name -> JSON spec (description, schema, pool, idempotency),
                                 published by the tool workers (MCP tools too); parsers and gateways read it
-    ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep)
+    ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep; sessions
+                                with a loop only: a ONESHOT one is never in it)
     ts:sweep:lock               string + TTL: the decoder running the barrier sweep now
     ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
     ts:rl:{key_id}              hash: one API key's rate-limit token bucket

@@ -121,10 +121,14 @@ def _value(samples: dict[tuple[str, frozenset], float], name: str, **labels: str
 async def _follow_new_session(gw: GwStack, url: str) -> list[dict]:
     """The events of the next session that becomes active, read on the gateway at ``url``."""
     r = gw.redis()
-    before = set(r.zrange(keys.ACTIVE_SESSIONS, 0, -1))
-    while not (new := set(r.zrange(keys.ACTIVE_SESSIONS, 0, -1)) - before):
+
+    def records() -> set[bytes]:  # a chat completion's session is not in the active index: find its record
+        return set(r.scan_iter(match=keys.session("*"), _type="hash"))
+
+    before = records()
+    while not (new := records() - before):
         await asyncio.sleep(0.01)
-    sid = new.pop().decode()
+    sid = new.pop().decode().split("{", 1)[1].rstrip("}")  # ts:s:{sid}
     async with websockets.connect(url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/ws") as ws:
         return [json.loads(frame) async for frame in ws]
 

@@ -65,14 +65,6 @@ async def test_publish_trims_and_tail_reads_in_order(r) -> None:
     assert await bus.last_id(r, "s:t") == entries[-1].id
 
 
-async def test_expire_session_sets_ttls(r) -> None:
-    await r.hset(keys.session("x"), "status", "ended")
-    await bus.add(r, keys.events("x"), b"e")
-    await bus.expire_session(r, "x", 1, 60)
-    assert 0 < await r.ttl(keys.session("x")) <= 60
-    assert 0 < await r.ttl(keys.events("x")) <= 60
-
-
 async def test_batcher_gives_each_caller_its_own_reply_or_error(r) -> None:
     batcher = bus.Batcher(r)
     await r.set("s:string", "x")
@@ -112,12 +104,15 @@ async def test_a_wake_interrupts_the_blocked_read_and_is_never_lost(r, redis_url
     await bus.add(r, "s:y", b"y1")  # not in the blocked read: only a wake makes the caller re-read
     await shared.wake()
     assert await asyncio.wait_for(blocked, 2.0) == []
+    assert 0 < await r.ttl("s:wake") <= bus.WAKE_TTL_S  # a dead reader's stream goes away
+    await r.persist("s:wake")
     await shared.wake()  # before the next read is built: that read serves it, nothing is sent
     assert await r.xlen("s:wake") == 1
     got = await asyncio.wait_for(shared.read({"s:x": "0-0", "s:y": "0-0"}), 2.0)
     assert [e.data for e in got] == [b"y1"]
     sent_early = asyncio.create_task(shared.wake())  # a wake that lands before the read starts
     await sent_early
+    assert await r.ttl("s:wake") == -1  # the TTL is renewed hourly, not with every wake
     assert await asyncio.wait_for(shared.read({"s:x": "0-0"}), 2.0) == []  # returns at once
     await shared.close()
     assert not await r.exists("s:wake")

@@ -31,7 +31,8 @@ async def test_the_same_id_in_two_streams_is_two_entries_both_handled_at_once(r)
     streams = ["s:shared", "s:own"]
     reader = bus.GroupReader(r, streams, "g", "c", block_ms=100)
     handler = Recording(expected=2)
-    consumer = Consumer("test", reader, handler, Turns(r), lease_s=5, reclaim_idle_ms=60_000)
+    consumer = Consumer("test", reader, handler, Turns(r), lease_s=5, reclaim_idle_ms=60_000,
+                        delete_acked=lambda stream: stream == "s:own")  # a decoder's private stream
     await reader.setup()
     for stream in streams:
         await r.xadd(stream, {bus.FIELD: stream.encode()}, id="1700000000000-0")
@@ -47,3 +48,4 @@ async def test_the_same_id_in_two_streams_is_two_entries_both_handled_at_once(r)
         await run
     assert sorted(handler.seen) == [("s:own", "1700000000000-0", b"s:own"),
                                     ("s:shared", "1700000000000-0", b"s:shared")]
+    assert (await r.xlen("s:own"), await r.xlen("s:shared")) == (0, 1)  # acked and deleted, acked

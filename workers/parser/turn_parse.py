@@ -17,8 +17,10 @@ on its tool pool once published (arq job id ``{sid}:{turn}:{index}``: a replay c
 twice); in a LOOP session a client call is marked awaited before the client can see it.
 
 At the turn's end the parser -- the one stage that holds the turn's content and calls -- records
-the turn's assistant message (``Sessions.record_message``), tells the decoder which calls the
-turn made (``TurnParsed``, for its KV pin), then ends the session or hands the turn to the barrier.
+the turn's assistant message in the round trip that publishes its ``turn.ended``
+(``Sessions.record_and_publish``), tells the decoder which calls the turn made (``TurnParsed``,
+for its KV pin), then ends the session -- its fold, ``session.ended`` and TTLs in one script,
+from the message in hand (``Turns.end``) -- or hands the turn to the barrier.
 Calls of a tool the session was not given are reported ``tool_call.invalid`` (``unavailable``).
 
 A token chunk written twice (the decoder retried a write through a redis outage whose reply was
@@ -201,13 +203,19 @@ class TurnParse:
             return True
         return False
 
-    async def _publish(self, step: Step) -> None:
+    async def _publish(self, step: Step, message: dict[str, Any] | None = None) -> None:
+        """Publish ``step``'s new events in order (with the turn's ``message``, when given, recorded in
+        the same round trip before them), then dispatch its calls."""
         await self._await_client(step.calls)  # before the client can see them and post results
+        sessions = self.ctx.sessions
         if self.unpublished(step):
-            mark = await self.ctx.sessions.publish_once(self.sid, self.turn, self.cursor, self._new(step),
-                                                        bus.EVENT_STREAM_MAXLEN)
+            call = sessions.publish_call(self.sid, self.turn, self.cursor, self._new(step), bus.EVENT_STREAM_MAXLEN)
+            mark = await (sessions.publish(call) if message is None
+                          else sessions.record_and_publish(self.sid, self.turn, message, call))
             self.ended = mark < 0
             self.published = max(self.published, mark)
+        elif message is not None:  # a replay: its events are out
+            await sessions.record_message(self.sid, self.turn, message)
         self.calls += step.calls
         if self.ctx.cfg.dispatch == "after_turn":
             self.deferred += step.calls
@@ -239,16 +247,18 @@ class TurnParse:
         await self._publish(tail)
         await self._dispatch(self.deferred)
         reason = self._finish_reason(end)
-        await self.ctx.sessions.record_message(self.sid, self.turn, self._message(end.text))
+        message = self._message(end.text)
         last = Step()
         self._events([TurnEnded(finish_reason=reason, completion_tokens=end.completion_tokens,
                                 n_calls=len(self.calls),
                                 stop_sequence=end.stop_sequence if reason == "stop" else None)], last)
-        await self._publish(last)
+        await self._publish(last, message)
         log.info("sid=%s turn=%d attempt=%d parsed: %d calls, %s", self.sid, self.turn, self.attempt,
                  len(self.calls), end.finish_reason)
         if not self.calls or self.info.oneshot:  # the session ends: no continuation follows the decoder's note
-            ending = self.ctx.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info)
+            # no results to fold: no calls, or a oneshot turn's, which go back to its caller
+            ending = self.ctx.turns.end(self.sid, self.turn, reason, "".join(self.content), info=self.info,
+                                        parsed=message)
             for failed in await asyncio.gather(self._tell_decoder(), ending, return_exceptions=True):
                 if isinstance(failed, BaseException):  # both finished: the job may be handled again
                     raise failed
