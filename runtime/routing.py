@@ -52,8 +52,9 @@ def turn_started(pipe: Any, cfg: Config, key: str, worker: str) -> None:
         pipe.set(keys.decoder_route(key), worker, ex=cfg.route_ttl_s)
 
 
-async def turn_ended(r: aioredis.Redis, worker: str) -> None:
-    await r.hincrby(keys.DECODE_LOAD, worker, -1)
+def turn_ended(pipe: Any, worker: str) -> None:
+    """Queue on ``pipe``: ``worker`` finished a turn (with the turn's end, in its round trip)."""
+    pipe.hincrby(keys.DECODE_LOAD, worker, -1)
 
 
 async def forget_dead(r: aioredis.Redis) -> None:

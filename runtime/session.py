@@ -331,12 +331,19 @@ class Sessions:
         n = int(await self._claim(keys=[keys.session(sid)], args=[turn, me, dead_holder or "\x00"]))
         return Claimed(Claim.CLAIMED, n) if n > 0 else Claimed(Claim(n))
 
-    async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, maxlen: int) -> None:
+    async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, maxlen: int,
+                       also: Callable[[Any], Any] | None = None) -> None:
         """Append the turn's end to its token log and mark the turn generated in one script:
         apart, a redis failure between them leaves a turn the parser finished that a retried claim
-        sees as unfinished (generated twice)."""
-        await self._end_turn(keys=[keys.tokens(sid), keys.session(sid)],
-                             args=[maxlen, token_end, Field.done(turn), attempt])
+        sees as unfinished (generated twice).  ``also(pipe)`` queues the caller's own commands
+        behind it, in the same round trip."""
+        call = bus.ScriptCall(self._end_turn, [keys.tokens(sid), keys.session(sid)],
+                              [maxlen, token_end, Field.done(turn), attempt])
+        pipe = self.r.pipeline(transaction=False)
+        call.with_text(pipe)  # never NOSCRIPT: what follows it never runs without it
+        if also is not None:
+            also(pipe)
+        await pipe.execute()
 
     async def record_message(self, sid: str, turn: int, message: dict[str, Any]) -> None:
         """Record turn ``turn``'s assistant message (the parser's, once per turn)."""
@@ -447,4 +454,7 @@ class Sessions:
         or not the turn had ended, and when it ends here every key of the session gets ``ttl_s``."""
         args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
         args += [json.dumps(m) for m in entries or ()]
-        return bool(await self._end(keys=keys.session_keys(sid, turn + 1), args=args))
+        call = bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
+        if self.batcher is None:
+            return bool(await self._end(keys=call.keys, args=call.args))
+        return bool(await self.batcher.call(call))  # with what the caller sends beside it

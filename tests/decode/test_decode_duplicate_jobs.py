@@ -50,3 +50,4 @@ async def test_a_duplicate_job_read_beside_its_first_is_not_generated_twice(redi
     assert await r.hget(keys.session("dup"), "att:0") == b"1"  # one attempt
     assert await r.hexists(keys.session("dup"), "done:0")  # and it was generated to its end
     assert claims == [""]  # the duplicate never claimed
+    assert await r.hget(keys.DECODE_LOAD, "decode-dup") == b"0"  # counted up at its start, down with its end

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from runtime import bus
 from runtime.config import load_config
-from runtime.session import Status
+from runtime.session import SessionMode, Status
 from schemas import keys
 from schemas.codec import decode_event, decode_job, encode
 from schemas.events import ParseTurn, TokenChunk, TokenEnd
@@ -110,3 +110,38 @@ async def test_a_note_to_a_decoder_whose_stream_is_gone_creates_nothing(r, worke
         reader.cancel()
     assert (await worker.sessions.get("s")).status is Status.ENDED
     assert not await r.exists(keys.decoder_jobs("gone"))
+
+
+async def test_a_oneshot_turn_ends_its_session_in_two_round_trips(r, worker) -> None:
+    """From its token end: the turn's message with its ``turn.ended``, then the session's ending (fold,
+    ``session.ended``, status, TTLs: one script) with the note to the decoder."""
+    await worker.sessions.create("o", [{"role": "user", "content": "hi"}], mode=SessionMode.ONESHOT)
+    await bus.add(r, keys.tokens("o"), encode(TokenChunk(turn=0, attempt=1, seq=0, text="Hello", n_tokens=1)))
+    await bus.add(r, keys.tokens("o"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop",
+                                                       completion_tokens=1, text="Hello")))
+    await bus.ensure_group(r, keys.decoder_jobs("d1"), keys.DECODE_GROUP)
+    batcher = worker.ctx.batcher
+    trips: list[list[str]] = []
+    real = batcher._round_trip
+
+    async def counted(builds, retry=True):
+        pipe = r.pipeline(transaction=False)
+        for build in builds:
+            build(pipe)
+        trips.append([str(c[0][0]).split()[0] for c in pipe.command_stack])  # each command's name
+        return await real(builds, retry)
+
+    batcher._round_trip = counted  # type: ignore[method-assign]
+    reader = asyncio.create_task(worker.tokens.run())
+    try:
+        turn = TurnParse(worker.ctx, ParseTurn(sid="o", turn=0, attempt=1, worker="d1"))
+        assert await turn.start()
+        await asyncio.wait_for(worker.tokens.parse(turn), 30)
+    finally:
+        reader.cancel()
+    assert trips[-2:] == [["HSET", "EVALSHA"], ["XADD", "EVALSHA"]], trips
+    assert (await worker.sessions.get("o")).status is Status.ENDED
+    assert await worker.sessions.messages("o") == [{"role": "user", "content": "hi"},
+                                                   {"role": "assistant", "content": "Hello", "raw": "Hello"}]
+    assert [decode_job(f[bus.FIELD]).sid for _, f in await r.xrange(keys.decoder_jobs("d1"))] == ["o"]
+    assert 0 < await r.ttl(keys.events("o"))

@@ -45,7 +45,9 @@ async def test_a_turn_goes_to_the_live_holder_unless_it_is_busier_than_the_rest(
         await turn_started(cfg, "k", "d1")  # 2 vs 0: too busy, any decoder takes it
         assert await routing.job_stream(r, cfg, key="k") == keys.DECODE_JOBS
         assert await routing.job_stream(r, cfg, owner="d1") == keys.DECODE_JOBS
-        await routing.turn_ended(r, "d1")
+        ended = r.pipeline(transaction=False)
+        routing.turn_ended(ended, "d1")
+        await ended.execute()
         assert await routing.job_stream(r, cfg, owner="d1") == keys.decoder_jobs("d1")
         await routing.forget_dead(r)  # d2 has no heartbeat: its load is dropped, d1 is the only one left
         assert await r.hkeys(keys.DECODE_LOAD) == [b"d1"]

@@ -82,11 +82,15 @@ class TurnRun:
         await self._announce()
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
+        self.counted = True  # in the decoders' load (``routing.turn_started``, by ``_announce``)
         try:
             await self._stream()
         finally:
-            with contextlib.suppress(*bus.REDIS_DOWN):
-                await routing.turn_ended(self.ctx.r, self.ctx.me)
+            if self.counted:  # the turn did not reach its end's round trip
+                with contextlib.suppress(*bus.REDIS_DOWN):
+                    pipe = self.ctx.r.pipeline(transaction=False)
+                    routing.turn_ended(pipe, self.ctx.me)
+                    await pipe.execute()
 
     async def _announce(self) -> None:
         """Queue the turn's parse job and route the conversation's next requests here, in one round
@@ -117,8 +121,12 @@ class TurnRun:
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
                        cached_tokens=last.cached_tokens, text="".join(self.parts), stop_sequence=last.stop_sequence)
         self.ctx.kv.turn_ended(self.info, self.turn)  # hold the KV until the parser says what the turn called
+        # the load count goes down with the turn's end (a retry through an outage may count it twice:
+        # each heartbeat rewrites the count)
         await self._through(lambda: self.ctx.sessions.end_turn(self.sid, self.turn, self.attempt, encode(end),
-                                                             bus.TOKEN_STREAM_MAXLEN))
+                                                             bus.TOKEN_STREAM_MAXLEN,
+                                                             also=lambda p: routing.turn_ended(p, self.ctx.me)))
+        self.counted = False
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
 

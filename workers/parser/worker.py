@@ -40,7 +40,7 @@ class ParserWorker:
         batcher = bus.Batcher(r)  # one round trip for many sessions
         self.turns = Turns(r, cfg.session_ttl_s, batcher=batcher)
         self.sessions, self.barrier = self.turns.sessions, self.turns.barrier
-        self.ctx = ParseContext(cfg, r, self.turns, self.sessions, self.barrier, dispatcher)
+        self.ctx = ParseContext(cfg, r, self.turns, self.sessions, self.barrier, dispatcher, batcher)
         self.tokens = TokenReader(r, r, batcher, keys.parser_wake(self.me), block_ms=5000)
         reader = bus.GroupReader(r, [keys.PARSE_JOBS], keys.PARSE_GROUP, self.me, count=16, block_ms=cfg.block_ms)
         self.consumer = Consumer(f"parser {self.me}", reader, self, self.turns, lease_s=cfg.lease_s,
