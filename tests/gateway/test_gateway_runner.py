@@ -22,6 +22,7 @@ from runtime.config import load_config
 from schemas import keys
 from schemas.codec import decode_job
 from schemas.events import SessionEnded
+from tests.round_trips import count_round_trips
 
 
 class RecordingRelay:
@@ -166,17 +167,7 @@ async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> Non
     job; the session is written, its job queued, and its events reach the subscription."""
     r, reader = bus.connect(redis_url), bus.connect(redis_url)
     batcher = bus.Batcher(r)
-    trips: list[list[str]] = []
-    real = batcher._round_trip
-
-    async def counted(builds, retry=True):
-        pipe = r.pipeline(transaction=False)
-        for build in builds:
-            build(pipe)
-        trips.append([str(c[0][0]).split()[0] for c in pipe.command_stack])  # each command's name
-        return await real(builds, retry)
-
-    batcher._round_trip = counted  # type: ignore[method-assign]
+    trips = count_round_trips(batcher, r)
     cfg = load_config(redis_url=redis_url)
     relay = Relay(r, reader, block_ms=60_000, batcher=batcher)
     await relay.start()

@@ -15,6 +15,7 @@ from runtime.session import SessionMode, Status
 from schemas import keys
 from schemas.codec import decode_event, decode_job, encode
 from schemas.events import ParseTurn, TokenChunk, TokenEnd
+from tests.round_trips import count_round_trips
 from workers.parser.turn_parse import TurnParse
 from workers.parser.worker import ParserWorker
 
@@ -120,18 +121,7 @@ async def test_a_oneshot_turn_ends_its_session_in_two_round_trips(r, worker) -> 
     await bus.add(r, keys.tokens("o"), encode(TokenEnd(turn=0, attempt=1, seq=1, finish_reason="stop",
                                                        completion_tokens=1, text="Hello")))
     await bus.ensure_group(r, keys.decoder_jobs("d1"), keys.DECODE_GROUP)
-    batcher = worker.ctx.batcher
-    trips: list[list[str]] = []
-    real = batcher._round_trip
-
-    async def counted(builds, retry=True):
-        pipe = r.pipeline(transaction=False)
-        for build in builds:
-            build(pipe)
-        trips.append([str(c[0][0]).split()[0] for c in pipe.command_stack])  # each command's name
-        return await real(builds, retry)
-
-    batcher._round_trip = counted  # type: ignore[method-assign]
+    trips = count_round_trips(worker.ctx.batcher, r)
     reader = asyncio.create_task(worker.tokens.run())
     try:
         turn = TurnParse(worker.ctx, ParseTurn(sid="o", turn=0, attempt=1, worker="d1"))
