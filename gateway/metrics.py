@@ -19,8 +19,10 @@ do); vLLM's name for the same fact is given where there is one.
     turnstream_requests_total{api,status}       HTTP requests of each API (chat_completions, messages,
                                                 responses, sessions, ...) by response status
     turnstream_request_finished_total{api,finish_reason}   runs accepted here that ended, by the
-                                                session.ended reason (vllm:request_success_total)
-    turnstream_e2e_request_latency_seconds{api} request accepted -> session.ended
+                                                session.ended reason (a one-turn run: its turn.ended's,
+                                                the same) (vllm:request_success_total)
+    turnstream_e2e_request_latency_seconds{api} request accepted -> session.ended (a one-turn run, whose
+                                                client is answered at its turn's end: turn.ended)
                                                 (vllm:e2e_request_latency_seconds)
     turnstream_completion_tokens_total          rate() = generated tokens/s (vllm:generation_tokens_total)
     turnstream_turn_tokens_per_second           per turn: completion tokens / (turn.ended - turn.started)
@@ -107,6 +109,7 @@ class _Run:
 
     api: str
     accepted_at: float
+    one_turn: bool = False  # a oneshot request's: its turn's end is the run's (``gateway.translator.TurnOutput``)
     first_output: bool = False
     ended: bool = False
 
@@ -258,10 +261,10 @@ class Metrics:
         self._awaiting: _Bounded = _Bounded()  # sid -> its started turn, until that turn's first output
 
     # ------------------------------------------------------------------ event observer
-    def accepted(self, sid: str) -> None:
+    def accepted(self, sid: str, one_turn: bool = False) -> None:
         """A request that came in here queued a run of ``sid`` now (the TTFT and end-to-end clocks start):
-        this process counts that run's events."""
-        self._pending.put(sid, _Run(_API.get(), time.time()))
+        this process counts that run's events.  ``one_turn``: a oneshot request's run, which ends with its turn."""
+        self._pending.put(sid, _Run(_API.get(), time.time(), one_turn))
 
     def observe(self, sid: str, frame: Frame) -> None:
         """Called by the relay's shared reader once per event; decodes only what it reads: a turn's
@@ -286,6 +289,8 @@ class Metrics:
             self._on_turn_started(sid, ev, body)
         elif isinstance(body, TurnEnded):
             self._on_turn_ended(sid, ev, body)
+            if run.one_turn:
+                self._finished(run, body.finish_reason)
         elif isinstance(body, ToolCallReady):
             self._ready.put((sid, ev.turn, body.index), ev.ts)
         elif isinstance(body, ToolStarted):
@@ -294,9 +299,13 @@ class Metrics:
                 self.dispatch.observe(max(0.0, ev.ts - t))
         elif isinstance(body, ToolResult):
             self._last_result.put(sid, ev.ts)
-        elif isinstance(body, SessionEnded) and not run.ended:
-            run.ended = True  # the run stays ours: client tool results continue it
-            self.finished.labels(self.model_name, run.api, body.reason).inc()
+        elif isinstance(body, SessionEnded):
+            self._finished(run, body.reason)  # the run stays ours: client tool results continue it
+
+    def _finished(self, run: _Run, reason: str) -> None:
+        if not run.ended:
+            run.ended = True
+            self.finished.labels(self.model_name, run.api, reason).inc()
             self.e2e.labels(self.model_name, run.api).observe(max(0.0, time.time() - run.accepted_at))
 
     def _first_token(self, sid: str, run: _Run, ev: Event) -> None:

@@ -6,7 +6,7 @@ tools), subscribes to its events and queues its turn (routed to the decoder hold
 conversation's prefix); a Responses request opens its own session and subscribes with
 ``Run.open``.  A ``Run`` relays the session's events, from its first, through the API's pure
 translator (``gateway.translator.Translator``: ``start()``, ``feed(event)`` and ``finish()``
-return items, ``ended`` says the session's end was seen):
+return items, ``ended`` says the output is complete: the session's end, a oneshot turn's own end):
 
 * ``stream`` -- an SSE body: each item framed by the API; a failure (the session failed, a
   regenerated turn diverged, the relay dropped us) framed by the API's ``fail``; with
@@ -85,7 +85,7 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
         state.ops.route(route_key=conversation_key(plan.messages, plan.tools)))
     sub = await _subscribe(state, sid, fresh=True)  # not started: no events yet
     try:
-        await state.ops.queue(sid, stream)
+        await state.ops.queue(sid, stream, one_turn=True)
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
         state.relay.unsubscribe(sub)
         raise

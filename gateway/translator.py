@@ -6,8 +6,9 @@ completions and Messages translators, each shaping it its own way).
 
 A translator is pure (no I/O): ``start()`` returns the frames that go out before any event,
 ``feed(event)`` the frames the event produces (often none), ``finish()`` the closing frames once
-the session ended, and ``ended`` says whether the session's end was seen (a runner that stops
-before then cancels the session)."""
+the output is complete, and ``ended`` says whether it is (a runner that stops before then cancels
+the session): the session's end, or for a oneshot turn (``TurnOutput``) the turn's own
+``turn.ended``, which the session's ending follows with nothing the client reads."""
 
 from __future__ import annotations
 
@@ -152,6 +153,7 @@ class TurnOutput:
             case TurnEnded():
                 self.completion_tokens = body.completion_tokens
                 self.finish_reason, self.stop_sequence = body.finish_reason, body.stop_sequence
+                self._complete()  # the turn is the whole output: its end needs no session.ended
             case TurnRestarted():
                 self._restart(self._attempt)
             case ErrorEvent():
@@ -168,10 +170,13 @@ class TurnOutput:
         for call in self.calls:
             call.args.restart()
 
-    def _end(self, body: SessionEnded) -> None:
+    def _complete(self) -> None:
         self.ended = True
         if self.error is not None:
             raise UpstreamError(self.error.message, self.error.code)
+
+    def _end(self, body: SessionEnded) -> None:
+        self._complete()
         if body.reason == "error":
             raise UpstreamError("the session failed")
         if self.finish_reason is None:

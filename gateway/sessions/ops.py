@@ -95,9 +95,10 @@ class SessionOps:
         return await routing.job_stream(self.r, self.cfg, key=route_key, owner=owner, batcher=self.batcher,
                                         live=self.live())
 
-    async def queue(self, sid: str, stream: str, turn: int = 0) -> None:
-        """Queue the generation of turn ``turn`` on ``stream`` (``route``'s answer)."""
-        self.metrics.accepted(sid)
+    async def queue(self, sid: str, stream: str, turn: int = 0, *, one_turn: bool = False) -> None:
+        """Queue the generation of turn ``turn`` on ``stream`` (``route``'s answer); ``one_turn``: a
+        oneshot request's session, whose run ends with the turn."""
+        self.metrics.accepted(sid, one_turn)
         await self.batcher.call(lambda p: bus.add_to(p, stream, encode(StartTurn(sid=sid, turn=turn))))
         log.info("sid=%s turn=%d queued on %s", sid, turn, stream)
 

@@ -175,6 +175,20 @@ def test_a_failed_session_raises() -> None:
         run([ContentDelta(text="x"), ErrorEvent(message="boom"), SessionEnded(reason="error")])
 
 
+def test_the_reply_is_complete_at_its_turns_end() -> None:
+    """A oneshot turn is the whole reply: the runner answers at ``turn.ended`` (the session's ending,
+    one round trip and one relay read later, adds nothing for the client)."""
+    stream = ChatStream(ChatOptions("chatcmpl-x", "tiny", 1700000000), ToolPolicy("call_x_", tools=OFFERED))
+    stream.feed(ev(ContentDelta(text="Hi")))
+    assert not stream.ended
+    stream.feed(ev(TurnEnded(finish_reason="stop", completion_tokens=1)))
+    assert stream.ended and assemble(stream.finish())["finish"] == "stop"
+    failed = ChatStream(ChatOptions("chatcmpl-y", "tiny", 1700000000), ToolPolicy("call_x_", tools=OFFERED))
+    failed.feed(ev(ErrorEvent(message="boom")))
+    with pytest.raises(UpstreamError, match="boom"):  # an error before the turn's end fails the reply
+        failed.feed(ev(TurnEnded(finish_reason="stop")))
+
+
 def test_tool_choice_and_response_format_are_recorded_for_the_decoders_grammar() -> None:
     from gateway.openai.bodies import ChatRequest
     from gateway.openai.api import plan_chat

@@ -55,7 +55,7 @@ class Ops:
     async def route(self, route_key: str) -> str:
         return "jobs"
 
-    async def queue(self, sid: str, stream: str) -> None:
+    async def queue(self, sid: str, stream: str, one_turn: bool = False) -> None:
         if self.start_error is not None:
             raise self.start_error
 
