@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
@@ -103,9 +104,13 @@ class Barrier:
 
     async def results(self, sid: str, turn: int) -> list[dict[str, Any]]:
         """The recorded results of a turn, by call index."""
-        h = await self.r.hgetall(keys.barrier(sid, turn))
-        rows = [(int(k[2:]), json.loads(v)) for k, v in ((k.decode(), v) for k, v in h.items()) if k.startswith("r:")]
-        return [v for _, v in sorted(rows, key=lambda kv: kv[0])]
+        return results_in(await self.read(sid, turn)(self.r))
+
+    @staticmethod
+    def read(sid: str, turn: int) -> Callable[[Any], Any]:
+        """The read of a turn's barrier hash, on a client (a coroutine) or queued on a pipeline; its
+        reply's results: ``results_in``."""
+        return lambda r: r.hgetall(keys.barrier(sid, turn))
 
     async def awaiting_client(self, sid: str, turn: int, index: int, call_id: str, name: str,
                               arguments: str = "{}") -> None:
@@ -132,12 +137,21 @@ class Barrier:
     async def has_result(self, sid: str, turn: int, index: int) -> bool:
         return bool(await self.r.hexists(keys.barrier(sid, turn), f"r:{index}"))
 
-    async def send_continuation(self, sid: str, turn: int) -> str:
-        """Enqueue ``ContinueTurn`` to the KV-holding decoder if alive, else the shared queue."""
-        owner = await self.r.hget(keys.session(sid), "owner")
-        stream = keys.DECODE_JOBS
-        if owner and await self.r.exists(keys.decoder_heartbeat(owner.decode())):
-            stream = keys.decoder_jobs(owner.decode())
+    async def send_continuation(self, sid: str, turn: int, owner: str | None = None,
+                                first: bus.ScriptCall | None = None) -> str:
+        """Enqueue ``ContinueTurn`` to the KV-holding decoder if alive, else the shared queue.
+        ``owner``: the session's decoder as the caller just read it (else it is read here);
+        ``first``: a script that must run before the job is queued (the turn's fold), sent in the
+        round trip that checks the owner's heartbeat."""
+        if owner is None:
+            owner = (await self.r.hget(keys.session(sid), "owner") or b"").decode()
+        pipe = self.r.pipeline(transaction=False)
+        if first is not None:
+            first.with_text(pipe)  # never NOSCRIPT: the heartbeat's reply never comes without it
+        if owner:
+            pipe.exists(keys.decoder_heartbeat(owner))
+        replies = await pipe.execute() if first is not None or owner else []
+        stream = keys.decoder_jobs(owner) if owner and replies[-1] else keys.DECODE_JOBS
         await bus.add(self.r, stream, encode(ContinueTurn(sid=sid, turn=turn)))
         await self.mark_sent(sid, turn)
         log.info("sid=%s turn=%d continuation -> %s", sid, turn, stream)
@@ -152,6 +166,12 @@ class Barrier:
         done, sent = await self.r.hmget(keys.barrier(sid, turn), "done", "sent")
         return unsent_in({b"done": done, b"sent": sent}, time.time(), older_than_s)
 
+
+
+def results_in(h: dict[bytes, bytes]) -> list[dict[str, Any]]:
+    """The recorded results in barrier hash ``h``, by call index."""
+    rows = [(int(k[2:]), json.loads(v)) for k, v in ((k.decode(), v) for k, v in h.items()) if k.startswith("r:")]
+    return [v for _, v in sorted(rows, key=lambda kv: kv[0])]
 
 
 def overdue_calls(state: dict[bytes, bytes], now: float, timeout_s: float) -> list[int]:

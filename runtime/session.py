@@ -292,6 +292,16 @@ class Sessions:
     async def get(self, sid: str) -> SessionInfo | None:
         return _info(sid, await self.r.hmget(keys.session(sid), *_RECORD))
 
+    async def turn_record(self, sid: str, turn: int,
+                          also: Callable[[Any], Any]) -> tuple[SessionInfo | None, dict[str, Any] | None, Any]:
+        """The session's record (``get``) and turn ``turn``'s recorded message (``turn_message``) in
+        one round trip, with the reply of the command ``also(pipe)`` queues beside them."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hmget(keys.session(sid), *_RECORD, Field.message(turn))
+        also(pipe)
+        h, other = await pipe.execute()
+        return _info(sid, h[:-1]), None if h[-1] is None else json.loads(h[-1]), other
+
     async def start_turn(self, sid: str, turn: int, me: str) -> TurnStart:
         """What a decoder taking turn ``turn`` of ``sid`` needs, in ONE round trip: the session's
         record, its claim of the turn (``claim_turn``; never on a session that is not active), and,
@@ -356,8 +366,13 @@ class Sessions:
 
     async def append_turn(self, sid: str, turn: int, messages: list[dict[str, Any]]) -> bool:
         """Append turn ``turn``'s messages to the conversation once; False if already there."""
-        args = [turn] + [json.dumps(m) for m in messages]
-        return bool(await self._append(keys=[keys.session(sid), keys.messages(sid)], args=args))
+        call = self.fold_call(sid, turn, messages)
+        return bool(await self._append(keys=call.keys, args=call.args))
+
+    def fold_call(self, sid: str, turn: int, messages: list[dict[str, Any]]) -> bus.ScriptCall:
+        """The script run of ``append_turn``, for a caller that sends it in its own round trip."""
+        return bus.ScriptCall(self._append, [keys.session(sid), keys.messages(sid)],
+                              [turn] + [json.dumps(m) for m in messages])
 
     def publish_call(self, sid: str, turn: int, cursor: str, items: list[tuple[int, bytes]],
                      maxlen: int) -> bus.ScriptCall:

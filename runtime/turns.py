@@ -26,7 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from runtime import bus
-from runtime.barrier import Barrier
+from runtime.barrier import Barrier, results_in
 from runtime.session import Field, SessionInfo, SessionMode, Sessions, Status
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, encode
@@ -83,24 +83,28 @@ class Turns:
         return [] if message is None else turn_messages(message, results, info)
 
     async def complete(self, sid: str, turn: int) -> None:
-        """The barrier told us we completed ``turn``: fold it, then continue the session or end it."""
-        info = await self.sessions.get(sid)
+        """The barrier told us we completed ``turn``: fold it, then continue the session or end it.
+        The record, the turn's message and its results come in one round trip; the fold goes in
+        the continuation's (before its job is queued) or in the ending's script."""
+        info, message, bar = await self.sessions.turn_record(sid, turn, also=self.barrier.read(sid, turn))
         if info is None:
             return
-        await self.fold(sid, turn, info)
+        entries = [] if message is None else turn_messages(message, results_in(bar), info)
         if not info.active:
+            if entries:
+                await self.sessions.append_turn(sid, turn, entries)
             return
-        if info.mode is SessionMode.RETURN_CALLS:
-            message = await self.sessions.turn_message(sid, turn) or {}
-            if client_calls(message, info):
-                await self.end(sid, turn, "tool_calls", info=info)
-                await self.barrier.mark_sent(sid, turn)
-                return
-        if turn + 1 >= info.max_turns:
-            await self.end(sid, turn, "max_turns", info=info)
+        reason = None
+        if info.mode is SessionMode.RETURN_CALLS and client_calls(message or {}, info):
+            reason = "tool_calls"
+        elif turn + 1 >= info.max_turns:
+            reason = "max_turns"
+        if reason is not None:
+            await self._end(sid, turn, reason, "", info, entries)
             await self.barrier.mark_sent(sid, turn)
             return
-        await self.barrier.send_continuation(sid, turn)
+        fold = self.sessions.fold_call(sid, turn, entries) if entries else None
+        await self.barrier.send_continuation(sid, turn, owner=info.owner, first=fold)
 
     async def end(self, sid: str, turn: int, reason: str, content: str = "", *,
                   info: SessionInfo | None = None, parsed: dict[str, Any] | None = None) -> bool:
@@ -116,6 +120,10 @@ class Turns:
         if info is not None:
             entries = (turn_messages(parsed, [], info) if parsed is not None
                        else await self._entries(sid, turn, info))
+        return await self._end(sid, turn, reason, content, info, entries)
+
+    async def _end(self, sid: str, turn: int, reason: str, content: str, info: SessionInfo | None,
+                   entries: list[dict[str, Any]]) -> bool:
         ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
                    body=SessionEnded(reason=reason, content=content))
         status = Status.CANCELLED if reason == "cancelled" else Status.ENDED

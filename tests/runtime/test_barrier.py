@@ -94,6 +94,44 @@ async def test_max_turns_ends_the_session_instead(r) -> None:
     assert (await turns.sessions.get("s")).status is Status.ENDED
 
 
+async def test_a_completed_turn_is_folded_before_its_continuation_is_queued(r) -> None:
+    """The record, the message and the results in one read; the fold with the owner's heartbeat
+    check; then the job: the decoder that takes it reads the turn's conversation complete."""
+    turns = Turns(r)
+    sessions, b = turns.sessions, turns.barrier
+    await sessions.create("s", [{"role": "user", "content": "hi"}], max_turns=4)
+    await sessions.set_fields("s", owner="d1")
+    await r.set(keys.decoder_heartbeat("d1"), "{}", px=5000)
+    call = {"id": "call_0_0", "type": "function", "function": {"name": "calc", "arguments": "{}"}}
+    await sessions.record_message("s", 0, {"role": "assistant", "content": None, "tool_calls": [call]})
+    await b.result("s", 0, 0, {"id": "call_0_0", "content": "42"})
+    trips: list[str] = []
+    real = r.pipeline
+
+    def counted(*args, **kw):
+        pipe = real(*args, **kw)
+        execute = pipe.execute
+
+        async def traced(*a, **k):
+            trips.append(" ".join(str(c[0][0]).split()[0] for c in pipe.command_stack))
+            return await execute(*a, **k)
+
+        pipe.execute = traced
+        return pipe
+
+    r.pipeline = counted
+    try:
+        await turns.complete("s", 0)
+    finally:
+        r.pipeline = real
+    assert trips == ["HMGET HGETALL", "EVAL EXISTS"]  # then the XADD and the sent mark
+    [(_, fields)] = await r.xrange(keys.decoder_jobs("d1"))
+    assert decode_job(fields[bus.FIELD]) == ContinueTurn(sid="s", turn=0)
+    assert [m["role"] for m in await sessions.messages("s")] == ["user", "assistant", "tool"]
+    assert (await sessions.messages("s"))[2]["content"] == "42"
+    assert await r.hget(keys.barrier("s", 0), "sent") is not None  # the sweep leaves it alone
+
+
 # --------------------------------------------------------------------------- interleavings
 @st.composite
 def arrivals(draw) -> tuple[int, list]:
