@@ -44,6 +44,25 @@ def same_lengths(summary: Summary, name: str, level: int) -> str:
     return f"{sum(1 for a, b in pairs if a == b)}/{len(pairs)}"
 
 
+PIPELINE = ("worker decode", "gateway", "worker parser", "valkey-server")  # around vLLM's engine, on its side
+API_SERVER = "vllm api server"  # what surrounds the same engine in vLLM's own server
+
+
+def pipeline_line(summary: Summary, top: int) -> str:
+    """The pipeline's CPU per token around vLLM's engine (decode shell, gateway, parser, Valkey)
+    against vLLM's API server's, at ``top`` in flight, and whether it is within it; "" when the run
+    lacks either side."""
+    ours, ref = summary.get("turnstream-vllm", {}).get(top), summary.get(REFERENCE, {}).get(top)
+    if ours is None or ref is None:
+        return ""
+    mine, theirs = ours["cpu_ms_per_token_by_process"], ref["cpu_ms_per_token_by_process"]
+    parts = {k: 1e3 * mine.get(k, 0.0) for k in PIPELINE}
+    total, api = sum(parts.values()), 1e3 * theirs.get(API_SERVER, 0.0)
+    return (f"Pipeline CPU per token at {top}: turnstream-vllm {total:.0f} µs ("
+            + ", ".join(f"{k} {v:.0f}" for k, v in parts.items())
+            + f") against vLLM's API server {api:.0f} µs: goal {'met' if total <= api else 'MISSED'}")
+
+
 def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
     top = max(levels)
     headers = ["server"] + [f"TTFT p50 / p90 ms @{c}" for c in levels]
@@ -67,8 +86,10 @@ def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
                  f"throughput goal {'met' if g['throughput'] else 'MISSED'}")
     text += f"\n\nCPU ms per output token at concurrency {top}, by process:\n"
     for name, s in summary.items():
-        text += f"\n- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in s[top]["cpu_ms_per_token_by_process"].items()
-                                            if v >= 0.005)
+        text += f"\n- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s[top]["cpu_ms_per_token_by_process"].items()
+                                            if v >= 0.0005)
+    if line := pipeline_line(summary, top):
+        text += "\n\n" + line
     text += "\n\nThe other servers' CPU while each was measured (all levels; each level starts with every server quiet): "
     text += ", ".join(f"{name} {100 * max(s[c].get('background_cores', 0.0) for c in levels):.0f} % of a core at most"
                       for name, s in summary.items()) + "."

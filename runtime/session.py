@@ -17,10 +17,10 @@ Session hash ``ts:s:{sid}`` fields (spelled only here: ``Field``)::
 
 One writer per fact: the gateway creates the record and continues it; the decoder claims turns
 and marks them generated; the parser records each turn's assistant message once (``asst:{T}``,
-from the same parse the client saw); the conversation list is appended only by
-``runtime.turns.Turns.fold`` (or the ending that folds).  Nothing is published for a turn after its ``session.ended``:
-every publishing script checks ``end:{T}``; the parser's per-token events, plain XADDs
-(``append_call``), are dropped by readers when they land after it.  Every script touches only
+from the same parse the client saw); the conversation list is appended only by ``runtime.turns``
+(a turn's fold: ``_FOLD``, alone or in the ending's script).  Nothing is published for a turn
+after its ``session.ended``: every publishing script checks ``end:{T}``; the parser's per-token
+events, plain XADDs (``append_call``), are dropped by readers when they land after it.  Every script touches only
 keys with the same ``{sid}`` hash tag (one cluster slot).
 """
 
@@ -118,7 +118,6 @@ if holder == ARGV[2] then return -2 end
 return -3
 """
 
-# append turn T's messages to the conversation exactly once.
 # append turn ARGV[turn]'s conversation entries ARGV[first..last] once (``conv_turn``): shared by
 # ``_APPEND`` and ``_END``, so the conversation has one spelling of its exactly-once append.
 _FOLD = """

@@ -36,6 +36,11 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
     assert "turnstream-vllm: TTFT goal MISSED (@1 ok, @32 missed)" in serve_report.table(summary, [1, 32], met)
     summary["turnstream-native"][32]["background_cores"] = 0.42
     assert "turnstream-native 42 % of a core at most" in serve_report.table(summary, [1, 32], met)
+    summary["vllm-server"][32]["cpu_ms_per_token_by_process"] = {"vllm api server": 0.9, "VLLM::Worker": 0.2}
+    line = ("Pipeline CPU per token at 32: turnstream-vllm 1000 µs (worker decode 600, gateway 400, worker parser 0, "
+            "valkey-server 0) against vLLM's API server 900 µs: goal MISSED")
+    assert line in serve_report.table(summary, [1, 32], met)
+    assert serve_report.pipeline_line({"turnstream-vllm": summary["turnstream-vllm"]}, 32) == ""
 
 
 def _burner(tmp_path, seconds: float) -> Server:
