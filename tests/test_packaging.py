@@ -5,6 +5,7 @@ carries the bundled model, so ``pip install '.[engine]'`` (not editable) serves 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -85,7 +86,7 @@ def _up(py: str, cwd: Path, **env_vars: str) -> Iterator[str]:
     up = subprocess.Popen([py, "-m", "turnstream.cli", "up"], env=env, cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_up(up, f"http://127.0.0.1:{port}")
+        _wait_up(up)
         yield f"http://127.0.0.1:{port}"
     finally:
         up.terminate()
@@ -93,16 +94,18 @@ def _up(py: str, cwd: Path, **env_vars: str) -> Iterator[str]:
     assert up.returncode == 0, out.decode()[-2000:]
 
 
-def _wait_up(proc: subprocess.Popen, url: str) -> None:
-    deadline = time.monotonic() + 120
+def _wait_up(proc: subprocess.Popen) -> None:
+    """Until ``turnstream up`` says it is up: every process started and ready (the gateway alone may answer
+    /readyz sooner, and a stop signal before "up." is an interrupted start, exit 130)."""
+    deadline, said = time.monotonic() + 120, b""
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-        try:
-            if httpx.get(url + "/readyz").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+        if not select.select([proc.stdout], [], [], 0.5)[0]:
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)  # raw reads: nothing waits in a Python buffer unseen
+        assert chunk, f"turnstream up exited before it was up: {said.decode()[-2000:]}"
+        said += chunk
+        if b"\nturnstream: up." in b"\n" + said:
+            return
     raise AssertionError("the plain install's stack did not come up")
 
 
