@@ -150,7 +150,7 @@ class Barrier:
             first.with_text(pipe)  # never NOSCRIPT: the heartbeat's reply never comes without it
         if owner:
             pipe.exists(keys.decoder_heartbeat(owner))
-        replies = await pipe.execute() if first is not None or owner else []
+        replies = await pipe.execute()  # an empty pipeline sends nothing
         stream = keys.decoder_jobs(owner) if owner and replies[-1] else keys.DECODE_JOBS
         await bus.add(self.r, stream, encode(ContinueTurn(sid=sid, turn=turn)))
         await self.mark_sent(sid, turn)

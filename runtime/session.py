@@ -20,8 +20,8 @@ and marks them generated; the parser records each turn's assistant message once 
 from the same parse the client saw); the conversation list is appended only by ``runtime.turns``
 (a turn's fold: ``_FOLD``, alone or in the ending's script).  Nothing is published for a turn
 after its ``session.ended``: every publishing script checks ``end:{T}``; the parser's per-token
-events, plain XADDs (``append_call``), are dropped by readers when they land after it.  Every script touches only
-keys with the same ``{sid}`` hash tag (one cluster slot).
+events, plain XADDs (``append_call``), are dropped by readers when they land after it.  Every
+script touches only keys with the same ``{sid}`` hash tag (one cluster slot).
 """
 
 from __future__ import annotations
@@ -275,18 +275,25 @@ class Sessions:
             args += [name, value]
         args += [json.dumps(m) for m in messages]
         ks = [keys.session(sid), keys.messages(sid)]  # the session's own slot
-        create = bus.ScriptCall(self._create, ks, args)
-        writes: list[Callable[[Any], Any]] = [create]
+        writes: list[Callable[[Any], Any]] = [bus.ScriptCall(self._create, ks, args)]
         if SessionMode(mode) is not SessionMode.ONESHOT:
             writes.append(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()}))  # a global key, another slot
-        if self.batcher is None:
-            pipe = self.r.pipeline(transaction=False)
-            writes[0] = create.with_text  # never NOSCRIPT in a plain pipeline
-            for write in writes:
-                write(pipe)
-            await pipe.execute()
-            return
-        await asyncio.gather(*(self.batcher.submit(write) for write in writes))  # one round trip
+        await self._send(*writes)
+
+    async def _send(self, *writes: Callable[[Any], Any]) -> list[Any]:
+        """``writes`` (each queues one command on a pipeline; a ``bus.ScriptCall`` runs its script) in ONE
+        round trip, in order, and their replies: through the batcher when there is one (with whatever
+        else leaves in it); else a script alone as EVALSHA (loaded on NOSCRIPT), or one pipeline whose
+        scripts go as EVAL with their text (never NOSCRIPT, so a command queued behind a script never
+        runs without it).  The first error is raised."""
+        if self.batcher is not None:
+            return list(await asyncio.gather(*(self.batcher.submit(write) for write in writes)))
+        if len(writes) == 1 and isinstance(script := writes[0], bus.ScriptCall):
+            return [await script.script(keys=script.keys, args=script.args)]
+        pipe = self.r.pipeline(transaction=False)
+        for write in writes:
+            (write.with_text if isinstance(write, bus.ScriptCall) else write)(pipe)
+        return await pipe.execute()
 
     async def get(self, sid: str) -> SessionInfo | None:
         return _info(sid, await self.r.hmget(keys.session(sid), *_RECORD))
@@ -348,11 +355,7 @@ class Sessions:
         behind it, in the same round trip."""
         call = bus.ScriptCall(self._end_turn, [keys.tokens(sid), keys.session(sid)],
                               [maxlen, token_end, Field.done(turn), attempt])
-        pipe = self.r.pipeline(transaction=False)
-        call.with_text(pipe)  # never NOSCRIPT: what follows it never runs without it
-        if also is not None:
-            also(pipe)
-        await pipe.execute()
+        await self._send(call, *([also] if also is not None else []))
 
     async def record_message(self, sid: str, turn: int, message: dict[str, Any]) -> None:
         """Record turn ``turn``'s assistant message (the parser's, once per turn)."""
@@ -442,23 +445,14 @@ class Sessions:
 
     async def publish(self, call: bus.ScriptCall) -> int:
         """Run a ``publish_call`` on its own (through the batcher when there is one); returns the new mark."""
-        if self.batcher is None:
-            return int(await self._publish(keys=call.keys, args=call.args))
-        return int(await self.batcher.call(call))
+        [mark] = await self._send(call)
+        return int(mark)
 
     async def record_and_publish(self, sid: str, turn: int, message: dict[str, Any], call: bus.ScriptCall) -> int:
         """``record_message`` and a ``publish_call`` (the turn's last events) in one round trip, the
         message first: whoever sees the turn's end finds its message.  Returns ``publish``'s mark."""
-        def record(pipe: Any) -> Any:
-            return pipe.hset(keys.session(sid), Field.message(turn), json.dumps(message))
-
-        if self.batcher is None:
-            pipe = self.r.pipeline(transaction=False)
-            record(pipe)
-            call.with_text(pipe)
-            _, mark = await pipe.execute()
-        else:  # queued back to back: the batcher sends them in order, in its next round trip
-            _, mark = await asyncio.gather(self.batcher.submit(record), self.batcher.submit(call))
+        data = json.dumps(message)
+        _, mark = await self._send(lambda p: p.hset(keys.session(sid), Field.message(turn), data), call)
         return int(mark)
 
     async def end_once(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int, *,
@@ -469,6 +463,5 @@ class Sessions:
         args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
         args += [json.dumps(m) for m in entries or ()]
         call = bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
-        if self.batcher is None:
-            return bool(await self._end(keys=call.keys, args=call.args))
-        return bool(await self.batcher.call(call))  # with what the caller sends beside it
+        [ended] = await self._send(call)  # with a batcher: with what its caller sends beside it
+        return bool(ended)

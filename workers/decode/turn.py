@@ -70,6 +70,7 @@ class TurnRun:
         self.last: GenerateDelta | None = None
         self.started = False  # TurnStarted published (with the first delta)
         self.prefill = ""  # the forced start of the turn: it leads the first delta
+        self.counted = False  # in the decoders' load (``routing.turn_started``) until its end's round trip
 
     async def run(self) -> None:
         messages = self.messages if self.messages is not None else await self.ctx.sessions.messages(self.sid)
@@ -82,7 +83,7 @@ class TurnRun:
         await self._announce()
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
-        self.counted = True  # in the decoders' load (``routing.turn_started``, by ``_announce``)
+        self.counted = True  # by ``_announce``
         try:
             await self._stream()
         finally:

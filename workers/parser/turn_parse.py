@@ -65,7 +65,7 @@ class ParseContext:
     sessions: Sessions
     barrier: Barrier
     dispatcher: Dispatcher | None  # None: a parser that dispatches nothing (tests whose turns call no tool)
-    batcher: bus.Batcher | None = None  # the worker's: what the turns send at once leaves in one round trip
+    batcher: bus.Batcher  # the worker's: what the turns send at once leaves in one round trip
 
 
 class TurnSuperseded(Exception):
@@ -292,11 +292,8 @@ class TurnParse:
         one that is gone for good was deleted by the others' adoption, and a note is nobody else's."""
         if self.job.worker:
             parsed = TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[c.name for c in self.calls])
-            stream, data = keys.decoder_jobs(self.job.worker), encode(parsed)
-            if self.ctx.batcher is None:
-                await bus.add(self.ctx.r, stream, data, nomkstream=True)
-            else:  # with the session's ending, when it ends
-                await self.ctx.batcher.call(lambda p: bus.add_to(p, stream, data, nomkstream=True))
+            stream, data = keys.decoder_jobs(self.job.worker), encode(parsed)  # with the session's ending, if any
+            await self.ctx.batcher.call(lambda p: bus.add_to(p, stream, data, nomkstream=True))
 
     def _finish_reason(self, end: TokenEnd) -> str:
         if end.finish_reason == "length":
