@@ -30,9 +30,11 @@ from runtime.barrier import Barrier, results_in
 from runtime.session import Field, SessionInfo, SessionMode, Sessions, Status
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job, encode
-from schemas.events import ContinueTurn, ErrorEvent, Event, SessionEnded
+from schemas.events import CancelTurn, ContinueTurn, ErrorEvent, Event, SessionEnded
 
 log = logging.getLogger(__name__)
+
+STOPS = ("cancelled", "error")  # endings that may come while the turn is still generated: its decoder is told
 
 
 def turn_messages(message: dict[str, Any], results: list[dict[str, Any]], info: SessionInfo) -> list[dict[str, Any]]:
@@ -132,7 +134,18 @@ class Turns:
             return False
         if info is None or not info.oneshot:
             await self.r.zrem(keys.ACTIVE_SESSIONS, sid)  # a global key: another slot
+        if reason in STOPS and info is not None and info.owner and info.turn == turn:
+            await self._stop_generating(sid, turn, info.owner)
         return True
+
+    async def _stop_generating(self, sid: str, turn: int, owner: str) -> None:
+        """Tell the decoder that claimed the turn to abort it now (``CancelTurn``), not at its next
+        status check.  The note never creates a stream (NOMKSTREAM): a decoder that is gone has none,
+        and one that never started the turn acks the note."""
+        try:
+            await bus.add(self.r, keys.decoder_jobs(owner), encode(CancelTurn(sid=sid, turn=turn)), nomkstream=True)
+        except bus.REDIS_DOWN as exc:  # the decoder's status check still stops the turn
+            log.warning("sid=%s turn=%d could not tell decoder %s to stop: %s", sid, turn, owner, exc)
 
     async def fail(self, entry: bus.Entry, message: str, code: str = "worker_error") -> None:
         """A job of this session failed for good: tell the client and end the session (others go on)."""

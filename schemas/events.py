@@ -236,7 +236,16 @@ class ToolJob(msgspec.Struct, frozen=True, kw_only=True):
     unavailable: bool = False  # the session was not given this tool (``error`` says which it has)
 
 
-Job = Union[StartTurn, ContinueTurn, ParseTurn, TurnParsed]
+class CancelTurn(_Tagged, tag="job.cancel"):
+    """Turn ``turn`` of ``sid`` was cancelled while the decoder holding it may still be generating it:
+    the decoder aborts the generation at once (its status check is the backstop)."""
+
+    sid: str
+    turn: int
+    v: int = SCHEMA_VERSION
+
+
+Job = Union[StartTurn, ContinueTurn, ParseTurn, TurnParsed, CancelTurn]
 
 
 def call_id_prefix(turn: int) -> str:

@@ -8,8 +8,8 @@ import json
 from runtime.session import SessionMode, Sessions, Status
 from runtime.turns import Turns
 from schemas import keys
-from schemas.codec import decode_event
-from schemas.events import SessionEnded
+from schemas.codec import decode_event, decode_job
+from schemas.events import CancelTurn, SessionEnded
 
 MSGS = [{"role": "user", "content": "hi"}]
 ANSWER = {"role": "assistant", "content": "hello", "raw": "hello"}
@@ -64,3 +64,18 @@ async def test_a_oneshot_session_is_never_indexed_and_keeps_its_callers_calls(r)
     [folded] = (await sessions.messages("o"))[1:]
     assert folded["tool_calls"] == [call]  # the caller answers it in its next request
     assert json.loads(await r.hget(keys.session("o"), "conv_turn")) == 0
+
+
+async def test_a_cancel_tells_the_decoder_generating_the_turn_and_a_plain_end_tells_nobody(r) -> None:
+    turns = Turns(r)
+    for sid in ("x", "y", "z"):
+        await turns.sessions.create(sid, MSGS)
+        await turns.sessions.claim_turn(sid, 0, "dec-a")
+    await r.xgroup_create(keys.decoder_jobs("dec-a"), keys.DECODE_GROUP, id="0", mkstream=True)
+    assert await turns.end("x", 0, "cancelled")
+    assert await turns.end("y", 0, "stop", parsed=ANSWER)  # the turn's own end: generation is over
+    notes = [decode_job(f[b"d"]) for _, f in await r.xrange(keys.decoder_jobs("dec-a"))]
+    assert notes == [CancelTurn(sid="x", turn=0)]
+    await r.delete(keys.decoder_jobs("dec-a"))  # a decoder gone for good: its stream was deleted
+    assert await turns.end("z", 0, "cancelled")
+    assert not await r.exists(keys.decoder_jobs("dec-a"))  # the note never creates it

@@ -49,13 +49,14 @@ log = logging.getLogger(__name__)
 
 
 class AbortCheck:
-    """At most every ``interval_s``: abort the generation when the session was cancelled (status no
-    longer active) or has moved on to another turn.  Nothing a cancelled turn generates after its
-    ``session.ended`` is published, so the interval bounds only the generation wasted (one status
-    read per session per interval, in the round that carries its chunk: 0.05 commands per token at
-    20 tokens/s)."""
+    """Abort the generation when the session was cancelled (status no longer active) or has moved on
+    to another turn.  A cancel tells the decoder at once (``CancelTurn``: ``stop``); this check is
+    the backstop for an ending that sent no note or whose note was lost: at most every
+    ``interval_s``, one status read in the round that carries the turn's chunk (0.01 commands per
+    token at 20 tokens/s).  Nothing a cancelled turn generates after its ``session.ended`` is
+    published, so the interval bounds only the generation wasted when the note does not arrive."""
 
-    interval_s = 1.0
+    interval_s = 5.0
 
     def __init__(self, engine: Engine, req: GenerateRequest, sid: str, turn: int) -> None:
         self.engine, self.req, self.sid, self.turn = engine, req, sid, turn
@@ -71,9 +72,15 @@ class AbortCheck:
 
     async def apply(self, status: bytes | None, turn: bytes | None) -> None:
         if (status or b"").decode() != Status.ACTIVE or int(turn or -1) != self.turn:
-            self.aborted = True
-            log.info("sid=%s turn=%d cancelled: aborting generation", self.sid, self.turn)
-            await self.engine.abort(self.req.rid)
+            await self.stop("no longer active")
+
+    async def stop(self, why: str) -> None:
+        """Abort the generation (once)."""
+        if self.aborted:
+            return
+        self.aborted = True
+        log.info("sid=%s turn=%d %s: aborting generation", self.sid, self.turn, why)
+        await self.engine.abort(self.req.rid)
 
 
 class TurnChunks:

@@ -6,8 +6,10 @@
                                                           a turn's TurnStarted goes just ahead of its first chunk)
 
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
-continuation is sent) and never builds or parses messages itself.  The writer checks, at most
-every ``AbortCheck.interval_s``, whether the session was cancelled (``workers.decode.chunks``).
+continuation is sent) and never builds or parses messages itself.  A cancel aborts the turn at
+once: its ending sends the decoder a ``CancelTurn`` note (``TurnContext.cancel``); the writer also
+checks, at most every ``AbortCheck.interval_s``, whether the session was cancelled
+(``workers.decode.chunks``), for an ending that sent no note or whose note was lost.
 
 While redis is unreachable (a cluster master failing over, a restart) its writes are retried
 for up to ``bus.OUTAGE_S`` and the turn goes on where it was; a write retried after its reply was
@@ -21,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -54,6 +56,15 @@ class TurnContext:
     chunks: ChunkWriter  # every turn's token chunks of a step: one round trip
     kv: KvHolds
     tokens_out: int = 0  # generated tokens, counted by the turns (every engine alike)
+    aborts: dict[tuple[str, int], AbortCheck] = field(default_factory=dict)  # (sid, turn) generated here
+
+    async def cancel(self, sid: str, turn: int) -> bool:
+        """Abort turn ``turn`` of ``sid`` if it is being generated here (a ``CancelTurn`` note)."""
+        check = self.aborts.get((sid, turn))
+        if check is None:
+            return False
+        await check.stop("cancelled")
+        return True
 
 
 class TurnRun:
@@ -106,13 +117,16 @@ class TurnRun:
 
     async def _stream(self) -> None:
         gen = self.ctx.engine.generate(self.req).__aiter__()
-        chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
-                                    AbortCheck(self.ctx.engine, self.req, self.sid, self.turn),
+        check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn)
+        chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
                                     ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
+        self.ctx.aborts[self.sid, self.turn] = check
         try:
             await self._pump(gen, chunks)
             await self.ctx.chunks.flush(chunks)
         finally:
+            if self.ctx.aborts.get((self.sid, self.turn)) is check:
+                del self.ctx.aborts[self.sid, self.turn]
             self.ctx.chunks.close(chunks)
             await self._abandon(gen)
             with contextlib.suppress(Exception):

@@ -1,7 +1,8 @@
 """The decode worker shell: take turn jobs, claim the turn, run it on the engine, keep the KV.
 
 Reads ``ts:decode:jobs`` (any decoder) and ``ts:decode:w:{me}`` (continuations and routed turns
-for the sessions whose KV it holds, and the parser's ``TurnParsed`` notes) through
+for the sessions whose KV it holds, the parser's ``TurnParsed`` notes, and ``CancelTurn`` notes
+from a cancel of a turn it generates) through
 ``runtime.consumer.Consumer``.  For a turn job it claims the turn -- a duplicate, or a turn held
 by a live decoder, is dropped or left pending -- and runs it (``workers.decode.turn.TurnRun``).
 A heartbeat (``ts:decode:hb:{me}``, with the engine's load) tells the others it is alive, and
@@ -25,7 +26,7 @@ from runtime.session import Claim, Claimed, Field
 from runtime.turns import Turns
 from schemas import keys
 from schemas.codec import UndecodableEntry, decode_job
-from schemas.events import ContinueTurn, StartTurn, TurnParsed
+from schemas.events import CancelTurn, ContinueTurn, StartTurn, TurnParsed
 from workers.decode.chunks import ChunkWriter
 from workers.decode.engine import Engine
 from workers.decode.errors import RequestTooLarge
@@ -101,6 +102,9 @@ class DecodeWorker:
                 return await self._turn(sid, turn + 1, continuation=True)
             case TurnParsed() as parsed:
                 await self.kv.parsed(parsed)
+                return Done.ACK
+            case CancelTurn(sid=sid, turn=turn):
+                await self.ctx.cancel(sid, turn)
                 return Done.ACK
             case job:
                 raise UndecodableEntry(f"not a decode job: {type(job).__name__}")

@@ -1,0 +1,56 @@
+"""A cancel stops the turn's generation at once: the ending sends the decoder that claimed the turn a
+``CancelTurn`` note, which aborts the engine's request (the decoder's status check is only the backstop)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runtime import bus
+from runtime.config import load_config
+from runtime.turns import Turns
+from schemas import keys
+from schemas.codec import decode_job, decode_token, encode
+from schemas.events import CancelTurn, StartTurn, TokenChunk
+from turnstream.cli import build_engine
+from workers.decode.chunks import AbortCheck
+from workers.decode.worker import DecodeWorker
+
+LONG = "word " * 4000  # minutes at the replay rate below
+
+
+async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_check(redis_url, r, monkeypatch) -> None:
+    monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)  # the backstop never comes in this test
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id="decode-cancel")
+    worker = DecodeWorker(cfg, build_engine(cfg), r)
+    await worker.consumer.reader.setup()  # the decoder's own stream, where its notes arrive
+    await worker.engine.start()
+    turns = Turns(r)
+    await turns.sessions.create("cx", [{"role": "user", "content": "hi"}], meta={"replay": [LONG]},
+                                params={"max_tokens": 4000})
+    turn = asyncio.create_task(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid="cx", turn=0)))))
+    try:
+        for _ in range(600):  # until the turn's first chunk is in its token log
+            if await r.xlen(keys.tokens("cx")) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert ("cx", 0) in worker.ctx.aborts
+        assert await turns.end("cx", 0, "cancelled")
+        notes = await r.xrange(keys.decoder_jobs(worker.me))
+        assert len(notes) == 1
+        note_id, fields = notes[0]
+        assert decode_job(fields[b"d"]) == CancelTurn(sid="cx", turn=0)
+        await worker.handle(bus.Entry(keys.decoder_jobs(worker.me), note_id.decode(), fields[b"d"]))
+        await asyncio.wait_for(turn, 60)  # ended by the note, long before its tokens
+    finally:
+        turn.cancel()
+        await worker.engine.stop()
+    assert worker.ctx.aborts == {}
+    text = "".join(e.text for e in await _chunks(r, "cx"))
+    assert 0 < len(text) < 200  # a few chunks, not 4,000 tokens
+    # a note for a turn this decoder is not generating is acked and does nothing
+    assert not await worker.ctx.cancel("cx", 0)
+
+
+async def _chunks(r, sid: str) -> list[TokenChunk]:
+    rows = await r.xrange(keys.tokens(sid))
+    return [e for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk)]
