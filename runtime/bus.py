@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import hiredis
 import redis.asyncio as aioredis
+from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.exceptions import (ClusterError, DataError, NoScriptError, ResponseError, SlotNotCoveredError,
                                TryAgainError)
 
@@ -87,6 +88,49 @@ def _hiredis(cls: type) -> type:
     return _CONNECTIONS.get(cls, cls)
 
 
+class _QuickPool(aioredis.ConnectionPool):
+    """redis-py's connection pool, without the per-command cost where nothing can be wrong.
+
+    redis-py 5 makes every command and every pipeline take the pool's lock, then try a read with
+    a zero timeout on the connection it hands out, to catch a reply left unread or a socket the
+    server closed: the timeout fires and cancels the read, and the lock holds every concurrent
+    command behind those loop iterations; each release dispatches an event whose one listener
+    re-authenticates a connection that holds a new token.  Here a connected connection whose
+    hiredis reader and stream buffer hold nothing and whose stream is not at its end is handed
+    out at once (no reply can be left behind either: redis-py disconnects a connection whose
+    read was interrupted); any other goes through redis-py's check (verify, reconnect) under its
+    lock, and a release with a token to present goes through redis-py's event."""
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        conn = self.get_available_connection()
+        if _quiet(conn):
+            return conn
+        async with self._lock:
+            try:
+                await self.ensure_connection(conn)
+            except BaseException:
+                await super().release(conn)
+                raise
+        return conn
+
+    async def release(self, connection: Any) -> None:
+        if getattr(connection, "_re_auth_token", None) is not None:
+            await super().release(connection)
+            return
+        self._in_use_connections.remove(connection)
+        self._available_connections.append(connection)
+
+
+def _quiet(conn: Any) -> bool:
+    """A connected hiredis connection with nothing buffered, its socket not closed by the server."""
+    parser = getattr(conn, "_parser", None)
+    if not conn.is_connected or not isinstance(parser, _AsyncHiredisParser) or parser._reader is None:
+        return False
+    stream = parser._stream
+    return stream is not None and not stream._buffer and not stream.at_eof() and stream.exception() is None \
+        and not parser._reader.has_data()
+
+
 def connect(url: str) -> aioredis.Redis:
     """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis;
     a ``RedisCluster`` for a ``redis+cluster://`` URL (``runtime.cluster``), every node connection of
@@ -95,9 +139,9 @@ def connect(url: str) -> aioredis.Redis:
     if cluster.is_cluster_url(url):
         client = cluster.connect(url, connection=_hiredis)
     else:
-        client = aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
-        pool = client.connection_pool
+        pool = _QuickPool.from_url(url, decode_responses=False, health_check_interval=30)
         pool.connection_class = _hiredis(pool.connection_class)
+        client = aioredis.Redis.from_pool(pool)
     client.set_response_callback("XREAD", _raw)
     return client  # type: ignore[return-value]
 

@@ -135,6 +135,31 @@ async def test_clients_pack_commands_in_c_and_every_value_round_trips(redis_url)
     await client.aclose()
 
 
+async def test_a_connection_is_handed_out_unchecked_only_when_nothing_can_be_wrong_with_it(redis_url) -> None:
+    """The pool skips redis-py's read-with-zero-timeout check for a quiet connection; a connection
+    holding an unread reply, or one the server closed, is still verified and replaced."""
+    client = bus.connect(redis_url)
+    pool = client.connection_pool
+    await client.set("s:k", b"v")
+    conn = await pool.get_connection()
+    assert bus._quiet(conn)
+    await conn.send_command("PING")  # a reply left unread (what an interrupted command would leave)
+    await pool.release(conn)
+    await asyncio.sleep(0.05)  # it has arrived (redis-py's own check, too, sees only what arrived)
+    assert not bus._quiet(conn)
+    replies = await asyncio.gather(*(client.get("s:k") for _ in range(8)))
+    assert replies == [b"v"] * 8  # never the stale PONG
+    killer = bus.connect(redis_url)
+    for info in await killer.client_list():  # the server closes every connection of the pool
+        if int(info["id"]) != await killer.client_id():
+            await killer.client_kill_filter(_id=info["id"])
+    await asyncio.sleep(0.1)  # the closes reach the client's streams
+    assert await client.get("s:k") == b"v"  # reconnected, not failed
+    assert await asyncio.gather(*(client.incr("s:n") for _ in range(32))) == list(range(1, 33))
+    await killer.aclose()
+    await client.aclose()
+
+
 async def test_a_failed_read_of_one_group_keeps_what_another_group_took(r) -> None:
     """On a cluster the streams are read in several groups at once; entries one read took are in
     this consumer's pending list, so an error from another read must not drop them."""
