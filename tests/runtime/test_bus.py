@@ -160,6 +160,24 @@ async def test_a_connection_is_handed_out_unchecked_only_when_nothing_can_be_wro
     await client.aclose()
 
 
+async def test_a_burst_of_commands_waits_for_the_pools_connections_instead_of_opening_more(redis_url) -> None:
+    client = bus.connect(redis_url)
+    pool = client.connection_pool
+    assert pool.max_connections == bus.POOL_CONNECTIONS
+    assert sorted(await asyncio.gather(*(client.incr("s:burst") for _ in range(300)))) == list(range(1, 301))
+    assert len(pool._available_connections) + len(pool._in_use_connections) <= bus.POOL_CONNECTIONS
+    # a command that leaves while it waits for a connection takes none with it
+    blockers = [asyncio.create_task(client.blpop(["s:never"], timeout=0.3)) for _ in range(bus.POOL_CONNECTIONS)]
+    await asyncio.sleep(0.05)  # every connection is held by a blocked read
+    waiting = asyncio.create_task(client.get("s:burst"))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    await asyncio.gather(*blockers, return_exceptions=True)
+    assert await client.get("s:burst") == b"300"
+    assert len(pool._in_use_connections) == 0 and len(pool._available_connections) == bus.POOL_CONNECTIONS
+    await client.aclose()
+
+
 async def test_a_failed_read_of_one_group_keeps_what_another_group_took(r) -> None:
     """On a cluster the streams are read in several groups at once; entries one read took are in
     this consumer's pending list, so an error from another read must not drop them."""
