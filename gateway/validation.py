@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 from gateway.errors import ApiError
 from runtime.config import Config
@@ -66,3 +67,11 @@ def forced_tool(required: bool, name: str | None, names: Collection[str]) -> str
         raise ApiError(400, f"tool_choice: function {name[:64]!r} is not in tools", param="tool_choice",
                        code="invalid_value")
     return name
+
+
+def type_tag(value: Any, kinds: Collection[str], missing: str | None = None) -> str:
+    """The tag a union's discriminator reads off a body part: its ``type`` when it is one of ``kinds``,
+    else "other" (the part's own model then refuses what it is not: a 400).  A ``type`` that is not a
+    string -- a list, an object -- is "other" too: a set lookup would raise on it (a 500)."""
+    kind = value.get("type", missing) if isinstance(value, dict) else getattr(value, "type", missing)
+    return kind if isinstance(kind, str) and kind in kinds else "other"

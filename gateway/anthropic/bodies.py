@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from gateway.openai.bodies import NAME_PATTERN, Replay, _check_replay
+from gateway.validation import type_tag
 
 
 class CacheControl(BaseModel):
@@ -62,10 +63,7 @@ class OtherBlock(BaseModel):
 
 
 def _block_tag(kinds: frozenset[str]) -> Any:
-    def tag(value: Any) -> str:
-        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-        return kind if kind in kinds else "other"
-    return tag
+    return lambda value: type_tag(value, kinds)
 
 
 _RESULT_KINDS = frozenset({"text"})

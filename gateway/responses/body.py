@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from gateway.openai.bodies import NAME_PATTERN, FunctionDef, Replay, _check_replay
+from gateway.validation import type_tag
 
 
 # --------------------------------------------------------------------------- input items
@@ -98,8 +99,7 @@ _ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "
 
 
 def _item_tag(v: Any) -> str:
-    kind = v.get("type", "message") if isinstance(v, dict) else getattr(v, "type", "message")
-    return kind if kind in _ITEM_TAGS else "other"
+    return type_tag(v, _ITEM_TAGS, missing="message")
 
 
 InputItem = Annotated[
@@ -151,8 +151,7 @@ class OtherTool(BaseModel):
 
 
 def _tool_tag(v: Any) -> str:
-    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
-    return kind if kind in ("function", "mcp", "namespace") else "other"
+    return type_tag(v, ("function", "mcp", "namespace"))
 
 
 class NamespaceTool(BaseModel):

@@ -136,6 +136,24 @@ def test_schemas_that_break_the_checker_are_a_400_on_every_route(http: httpx.Cli
         assert resp.status_code == 400, resp.text
 
 
+@pytest.mark.parametrize("kind", [[], {}, 7, None])
+def test_a_part_whose_type_is_not_a_string_is_a_400_on_every_route(http: httpx.Client, gw: GwStack, kind: Any) -> None:
+    """Found by the property run: a content block ``{"type": []}`` made the union's tag lookup raise (a 500)."""
+    baseline = gw.tracebacks()
+    block = {"type": kind}
+    requests = [
+        ("/v1/messages/count_tokens", {"model": MODEL, "messages": [{"role": "user", "content": [block]}]}),
+        ("/v1/messages", {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [block]}]}]}),
+        ("/v1/responses", {"model": MODEL, "input": [block]}),
+        ("/v1/responses", {"model": MODEL, "input": "hi", "tools": [block]}),
+    ]
+    for path, body in requests:
+        resp = http.post(path, json=body)
+        assert resp.status_code == 400, (path, body, resp.text)
+    assert gw.tracebacks() == baseline
+
+
 def test_structured_outputs_are_one_grammar_or_regex_per_request_or_per_turn(http: httpx.Client) -> None:
     chat = ChatRequest.model_validate({"model": MODEL, "messages": USER, "structured_outputs": {"regex": "a+"}})
     assert chat.structured_outputs.as_dict() == {"regex": "a+"}
