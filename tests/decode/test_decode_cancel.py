@@ -13,6 +13,7 @@ from schemas.codec import decode_job, decode_token, encode
 from schemas.events import CancelTurn, StartTurn, TokenChunk
 from turnstream.cli import build_engine
 from workers.decode.chunks import AbortCheck
+from workers.decode.turn import TurnRun
 from workers.decode.worker import DecodeWorker
 
 LONG = "word " * 4000  # minutes at the replay rate below
@@ -54,3 +55,41 @@ async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_chec
 async def _chunks(r, sid: str) -> list[TokenChunk]:
     rows = await r.xrange(keys.tokens(sid))
     return [e for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk)]
+
+
+async def test_a_cancel_noted_while_the_turn_starts_stops_it_at_its_first_chunk(redis_url, r, monkeypatch) -> None:
+    """The note can come between the claim and the first token (the turn is not generating yet): the
+    turn then reads its status with its first chunk, not a backstop interval later."""
+    monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id="decode-cancel2")
+    worker = DecodeWorker(cfg, build_engine(cfg), r)
+    await worker.consumer.reader.setup()
+    await worker.engine.start()
+    turns = Turns(r)
+    await turns.sessions.create("cy", [{"role": "user", "content": "hi"}], meta={"replay": [LONG]},
+                                params={"max_tokens": 4000})
+    gate, at_gate = asyncio.Event(), asyncio.Event()
+    announce = TurnRun._announce
+
+    async def held(self: TurnRun) -> None:
+        at_gate.set()
+        await gate.wait()
+        await announce(self)
+
+    monkeypatch.setattr(TurnRun, "_announce", held)
+    turn = asyncio.create_task(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid="cy", turn=0)))))
+    try:
+        await asyncio.wait_for(at_gate.wait(), 30)  # claimed, not generating yet
+        assert await turns.end("cy", 0, "cancelled")
+        [(note_id, fields)] = await r.xrange(keys.decoder_jobs(worker.me))
+        await worker.handle(bus.Entry(keys.decoder_jobs(worker.me), note_id.decode(), fields[b"d"]))
+        assert worker.ctx.cancelled == {("cy", 0)}
+        gate.set()
+        await asyncio.wait_for(turn, 60)
+    finally:
+        gate.set()
+        turn.cancel()
+        await worker.engine.stop()
+    assert worker.ctx.cancelled == set() and worker.ctx.aborts == {}
+    text = "".join(e.text for e in await _chunks(r, "cy"))
+    assert len(text) < 200  # stopped with its first chunks

@@ -57,11 +57,15 @@ class TurnContext:
     kv: KvHolds
     tokens_out: int = 0  # generated tokens, counted by the turns (every engine alike)
     aborts: dict[tuple[str, int], AbortCheck] = field(default_factory=dict)  # (sid, turn) generated here
+    cancelled: set[tuple[str, int]] = field(default_factory=set)  # noted while starting, before generating
 
-    async def cancel(self, sid: str, turn: int) -> bool:
-        """Abort turn ``turn`` of ``sid`` if it is being generated here (a ``CancelTurn`` note)."""
+    async def cancel(self, sid: str, turn: int, starting: bool = False) -> bool:
+        """Abort turn ``turn`` of ``sid`` if it is being generated here (a ``CancelTurn`` note); one
+        ``starting`` here (claimed, not generating yet) reads its status with its first chunk instead."""
         check = self.aborts.get((sid, turn))
         if check is None:
+            if starting:
+                self.cancelled.add((sid, turn))
             return False
         await check.stop("cancelled")
         return True
@@ -121,6 +125,8 @@ class TurnRun:
         chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
                                     ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
         self.ctx.aborts[self.sid, self.turn] = check
+        if (self.sid, self.turn) in self.ctx.cancelled:  # cancelled while it started: check with the first chunk
+            check.next_at = 0.0
         try:
             await self._pump(gen, chunks)
             await self.ctx.chunks.flush(chunks)

@@ -104,7 +104,7 @@ class DecodeWorker:
                 await self.kv.parsed(parsed)
                 return Done.ACK
             case CancelTurn(sid=sid, turn=turn):
-                await self.ctx.cancel(sid, turn)
+                await self.ctx.cancel(sid, turn, starting=(sid, turn) in self.running)
                 return Done.ACK
             case job:
                 raise UndecodableEntry(f"not a decode job: {type(job).__name__}")
@@ -145,4 +145,5 @@ class DecodeWorker:
                           messages=start.messages if first else None, after=start.after if first else None).run()
         finally:
             self.running.discard((sid, turn))
+            self.ctx.cancelled.discard((sid, turn))
         return Done.ACK
