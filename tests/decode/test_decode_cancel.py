@@ -19,55 +19,55 @@ from workers.decode.worker import DecodeWorker
 LONG = "word " * 4000  # minutes at the replay rate below
 
 
-async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_check(redis_url, r, monkeypatch) -> None:
-    monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)  # the backstop never comes in this test
-    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id="decode-cancel")
+async def _decoder(redis_url: str, r, monkeypatch, sid: str) -> tuple[DecodeWorker, asyncio.Task]:
+    """A started decoder (its own stream set up, the status check's backstop never due) and the task of
+    its job generating turn 0 of a new session ``sid`` that would stream 4,000 tokens."""
+    monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id=f"decode-{sid}")
     worker = DecodeWorker(cfg, build_engine(cfg), r)
     await worker.consumer.reader.setup()  # the decoder's own stream, where its notes arrive
     await worker.engine.start()
-    turns = Turns(r)
-    await turns.sessions.create("cx", [{"role": "user", "content": "hi"}], meta={"replay": [LONG]},
-                                params={"max_tokens": 4000})
-    turn = asyncio.create_task(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid="cx", turn=0)))))
+    await Turns(r).sessions.create(sid, [{"role": "user", "content": "hi"}], meta={"replay": [LONG]},
+                                   params={"max_tokens": 4000})
+    job = bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid=sid, turn=0)))
+    return worker, asyncio.create_task(worker.handle(job))
+
+
+async def _cancel(r, worker: DecodeWorker, sid: str) -> None:
+    """Cancel turn 0 of ``sid`` and hand the decoder the one note the ending sent it."""
+    assert await Turns(r).end(sid, 0, "cancelled")
+    [(note_id, fields)] = await r.xrange(keys.decoder_jobs(worker.me))
+    assert decode_job(fields[b"d"]) == CancelTurn(sid=sid, turn=0)
+    await worker.handle(bus.Entry(keys.decoder_jobs(worker.me), note_id.decode(), fields[b"d"]))
+
+
+async def _text(r, sid: str) -> str:
+    rows = await r.xrange(keys.tokens(sid))
+    return "".join(e.text for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk))
+
+
+async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_check(redis_url, r, monkeypatch) -> None:
+    worker, turn = await _decoder(redis_url, r, monkeypatch, "cx")
     try:
         for _ in range(600):  # until the turn's first chunk is in its token log
             if await r.xlen(keys.tokens("cx")) >= 2:
                 break
             await asyncio.sleep(0.05)
         assert ("cx", 0) in worker.ctx.aborts
-        assert await turns.end("cx", 0, "cancelled")
-        notes = await r.xrange(keys.decoder_jobs(worker.me))
-        assert len(notes) == 1
-        note_id, fields = notes[0]
-        assert decode_job(fields[b"d"]) == CancelTurn(sid="cx", turn=0)
-        await worker.handle(bus.Entry(keys.decoder_jobs(worker.me), note_id.decode(), fields[b"d"]))
+        await _cancel(r, worker, "cx")
         await asyncio.wait_for(turn, 60)  # ended by the note, long before its tokens
     finally:
         turn.cancel()
         await worker.engine.stop()
     assert worker.ctx.aborts == {}
-    text = "".join(e.text for e in await _chunks(r, "cx"))
-    assert 0 < len(text) < 200  # a few chunks, not 4,000 tokens
+    assert 0 < len(await _text(r, "cx")) < 200  # a few chunks, not 4,000 tokens
     # a note for a turn this decoder is not generating is acked and does nothing
     assert not await worker.ctx.cancel("cx", 0)
-
-
-async def _chunks(r, sid: str) -> list[TokenChunk]:
-    rows = await r.xrange(keys.tokens(sid))
-    return [e for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk)]
 
 
 async def test_a_cancel_noted_while_the_turn_starts_stops_it_at_its_first_chunk(redis_url, r, monkeypatch) -> None:
     """The note can come between the claim and the first token (the turn is not generating yet): the
     turn then reads its status with its first chunk, not a backstop interval later."""
-    monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)
-    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id="decode-cancel2")
-    worker = DecodeWorker(cfg, build_engine(cfg), r)
-    await worker.consumer.reader.setup()
-    await worker.engine.start()
-    turns = Turns(r)
-    await turns.sessions.create("cy", [{"role": "user", "content": "hi"}], meta={"replay": [LONG]},
-                                params={"max_tokens": 4000})
     gate, at_gate = asyncio.Event(), asyncio.Event()
     announce = TurnRun._announce
 
@@ -77,12 +77,10 @@ async def test_a_cancel_noted_while_the_turn_starts_stops_it_at_its_first_chunk(
         await announce(self)
 
     monkeypatch.setattr(TurnRun, "_announce", held)
-    turn = asyncio.create_task(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid="cy", turn=0)))))
+    worker, turn = await _decoder(redis_url, r, monkeypatch, "cy")
     try:
         await asyncio.wait_for(at_gate.wait(), 30)  # claimed, not generating yet
-        assert await turns.end("cy", 0, "cancelled")
-        [(note_id, fields)] = await r.xrange(keys.decoder_jobs(worker.me))
-        await worker.handle(bus.Entry(keys.decoder_jobs(worker.me), note_id.decode(), fields[b"d"]))
+        await _cancel(r, worker, "cy")
         assert worker.ctx.cancelled == {("cy", 0)}
         gate.set()
         await asyncio.wait_for(turn, 60)
@@ -90,6 +88,5 @@ async def test_a_cancel_noted_while_the_turn_starts_stops_it_at_its_first_chunk(
         gate.set()
         turn.cancel()
         await worker.engine.stop()
-    assert worker.ctx.cancelled == set() and worker.ctx.aborts == {}
-    text = "".join(e.text for e in await _chunks(r, "cy"))
-    assert len(text) < 200  # stopped with its first chunks
+    assert worker.ctx.cancelled == set() and worker.ctx.aborts == {} and worker.ctx.running == set()
+    assert len(await _text(r, "cy")) < 200  # stopped with its first chunks

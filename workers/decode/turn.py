@@ -56,19 +56,25 @@ class TurnContext:
     chunks: ChunkWriter  # every turn's token chunks of a step: one round trip
     kv: KvHolds
     tokens_out: int = 0  # generated tokens, counted by the turns (every engine alike)
-    aborts: dict[tuple[str, int], AbortCheck] = field(default_factory=dict)  # (sid, turn) generated here
-    cancelled: set[tuple[str, int]] = field(default_factory=set)  # noted while starting, before generating
+    running: set[tuple[str, int]] = field(default_factory=set)  # (sid, turn) taken here, until its job is done
+    aborts: dict[tuple[str, int], AbortCheck] = field(default_factory=dict)  # of the running turns generating
+    cancelled: set[tuple[str, int]] = field(default_factory=set)  # running turns cancelled before generating
 
-    async def cancel(self, sid: str, turn: int, starting: bool = False) -> bool:
+    async def cancel(self, sid: str, turn: int) -> bool:
         """Abort turn ``turn`` of ``sid`` if it is being generated here (a ``CancelTurn`` note); one
-        ``starting`` here (claimed, not generating yet) reads its status with its first chunk instead."""
+        taken here that is not generating yet reads its status with its first chunk instead."""
         check = self.aborts.get((sid, turn))
         if check is None:
-            if starting:
+            if (sid, turn) in self.running:
                 self.cancelled.add((sid, turn))
             return False
         await check.stop("cancelled")
         return True
+
+    def done(self, sid: str, turn: int) -> None:
+        """The job that took turn ``turn`` of ``sid`` here is over."""
+        self.running.discard((sid, turn))
+        self.cancelled.discard((sid, turn))
 
 
 class TurnRun:
@@ -131,8 +137,7 @@ class TurnRun:
             await self._pump(gen, chunks)
             await self.ctx.chunks.flush(chunks)
         finally:
-            if self.ctx.aborts.get((self.sid, self.turn)) is check:
-                del self.ctx.aborts[self.sid, self.turn]
+            del self.ctx.aborts[self.sid, self.turn]  # one run of a turn at a time here (``running``)
             self.ctx.chunks.close(chunks)
             await self._abandon(gen)
             with contextlib.suppress(Exception):

@@ -52,7 +52,6 @@ class DecodeWorker:
         self.consumer = Consumer(f"decode {self.me}", reader, self, self.turns, lease_s=cfg.lease_s,
                                  reclaim_idle_ms=cfg.reclaim_idle_ms,
                                  delete_acked=lambda stream: stream != keys.DECODE_JOBS)
-        self.running: set[tuple[str, int]] = set()  # (sid, turn) being generated here
         self.heartbeat = Heartbeat(r, "decode", self.me, cfg.heartbeat_ms, cfg.heartbeat_ttl_ms, self._load,
                                    extra=self._report_load)
 
@@ -69,11 +68,11 @@ class DecodeWorker:
 
     # ------------------------------------------------------------------ periodic
     def _load(self) -> dict:
-        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.running),
+        return dict(self.engine.stats(), engine=self.engine.name, turns=len(self.ctx.running),
                     tokens_out=self.ctx.tokens_out)
 
     def _report_load(self, pipe: object) -> None:
-        pipe.hset(keys.DECODE_LOAD, self.me, len(self.running))  # corrects any drift of the counts
+        pipe.hset(keys.DECODE_LOAD, self.me, len(self.ctx.running))  # corrects any drift of the counts
         pipe.zadd(keys.DECODERS, {self.me: time.time()})  # registered by the very beat that makes us routable
 
     async def _housekeeping_loop(self) -> None:
@@ -104,7 +103,7 @@ class DecodeWorker:
                 await self.kv.parsed(parsed)
                 return Done.ACK
             case CancelTurn(sid=sid, turn=turn):
-                await self.ctx.cancel(sid, turn, starting=(sid, turn) in self.running)
+                await self.ctx.cancel(sid, turn)
                 return Done.ACK
             case job:
                 raise UndecodableEntry(f"not a decode job: {type(job).__name__}")
@@ -129,9 +128,9 @@ class DecodeWorker:
         """Generate turn ``turn`` unless the session is over or the turn is not ours to generate.  The
         turn is marked running here before the first await: a duplicate job handled beside it (jobs
         of one read run concurrently) is acked at once, never taken for an attempt that broke off."""
-        if (sid, turn) in self.running:
+        if (sid, turn) in self.ctx.running:
             return Done.ACK
-        self.running.add((sid, turn))
+        self.ctx.running.add((sid, turn))
         try:
             start = await self.sessions.start_turn(sid, turn, self.me)  # record, claim, reads: one round trip
             if start.info is None or not start.info.active or start.claimed.claim is Claim.INACTIVE:
@@ -144,6 +143,5 @@ class DecodeWorker:
             await TurnRun(self.ctx, start.info, turn, attempt, continuation,
                           messages=start.messages if first else None, after=start.after if first else None).run()
         finally:
-            self.running.discard((sid, turn))
-            self.ctx.cancelled.discard((sid, turn))
+            self.ctx.done(sid, turn)
         return Done.ACK
