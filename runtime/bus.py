@@ -17,13 +17,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import hiredis
 import redis.asyncio as aioredis
 from redis._parsers.hiredis import _AsyncHiredisParser
-from redis.exceptions import (ClusterError, DataError, NoScriptError, ResponseError, SlotNotCoveredError,
+from redis.exceptions import (ClusterError, NoScriptError, ResponseError, SlotNotCoveredError,
                                TryAgainError)
 
-from runtime import cluster
+from runtime import cluster, mux
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -70,14 +69,7 @@ class _HiredisPacking:
     them in Python, several times slower (a command per token per stage is packed)."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):  # a command of several words ("SCRIPT LOAD"): sent as separate words
-            args = tuple(args[0].encode().split()) + args[1:]
-        elif b" " in args[0]:
-            args = tuple(args[0].split()) + args[1:]
-        try:
-            return [hiredis.pack_command(args)]
-        except TypeError as exc:
-            raise DataError(str(exc)) from None
+        return [mux.pack(args)]
 
 
 _CONNECTIONS = {cls: type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
@@ -162,8 +154,9 @@ def _quiet(conn: Any) -> bool:
 
 
 def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis;
-    a ``RedisCluster`` for a ``redis+cluster://`` URL (``runtime.cluster``), every node connection of
+    """An asyncio client with raw bytes replies (payloads are msgpack or JSON) that packs with hiredis,
+    whose commands that return at once share one connection (``runtime.mux``; blocking reads use the
+    pool); a ``RedisCluster`` for a ``redis+cluster://`` URL (``runtime.cluster``), every node connection of
     which packs with hiredis too.  Its XREAD replies are left as the server sent them: ``read_many``
     turns them into entries."""
     if cluster.is_cluster_url(url):
@@ -172,7 +165,7 @@ def connect(url: str) -> aioredis.Redis:
         pool = _QuickPool.from_url(url, decode_responses=False, health_check_interval=30,
                                    max_connections=POOL_CONNECTIONS)
         pool.connection_class = _hiredis(pool.connection_class)
-        client = aioredis.Redis.from_pool(pool)
+        client = mux.MuxRedis.from_pool(pool)
     client.set_response_callback("XREAD", _raw)
     return client  # type: ignore[return-value]
 

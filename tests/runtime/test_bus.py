@@ -137,25 +137,28 @@ async def test_clients_pack_commands_in_c_and_every_value_round_trips(redis_url)
 
 async def test_a_connection_is_handed_out_unchecked_only_when_nothing_can_be_wrong_with_it(redis_url) -> None:
     """The pool skips redis-py's read-with-zero-timeout check for a quiet connection; a connection
-    holding an unread reply, or one the server closed, is still verified and replaced."""
+    holding an unread reply, or one the server closed, is still verified and replaced.  (The pool
+    carries what may block: ``BLPOP`` here; the rest shares one connection, ``runtime.mux``.)"""
     client = bus.connect(redis_url)
     pool = client.connection_pool
-    await client.set("s:k", b"v")
+    await client.rpush("s:l", *range(40))
     conn = await pool.get_connection()
+    await conn.connect()
     assert bus._quiet(conn)
     await conn.send_command("PING")  # a reply left unread (what an interrupted command would leave)
     await pool.release(conn)
     await asyncio.sleep(0.05)  # it has arrived (redis-py's own check, too, sees only what arrived)
     assert not bus._quiet(conn)
-    replies = await asyncio.gather(*(client.get("s:k") for _ in range(8)))
-    assert replies == [b"v"] * 8  # never the stale PONG
+    replies = await asyncio.gather(*(client.blpop(["s:l"], timeout=1) for _ in range(8)))
+    assert sorted(int(v) for _, v in replies) == list(range(8))  # never the stale PONG
     killer = bus.connect(redis_url)
     for info in await killer.client_list():  # the server closes every connection of the pool
         if int(info["id"]) != await killer.client_id():
             await killer.client_kill_filter(_id=info["id"])
     await asyncio.sleep(0.1)  # the closes reach the client's streams
-    assert await client.get("s:k") == b"v"  # reconnected, not failed
-    assert await asyncio.gather(*(client.incr("s:n") for _ in range(32))) == list(range(1, 33))
+    assert await client.blpop(["s:l"], timeout=1) == (b"s:l", b"8")  # reconnected, not failed
+    replies = await asyncio.gather(*(client.blpop(["s:l"], timeout=1) for _ in range(31)))
+    assert sorted(int(v) for _, v in replies) == list(range(9, 40))
     await killer.aclose()
     await client.aclose()
 
@@ -164,16 +167,19 @@ async def test_a_burst_of_commands_waits_for_the_pools_connections_instead_of_op
     client = bus.connect(redis_url)
     pool = client.connection_pool
     assert pool.max_connections == bus.POOL_CONNECTIONS
-    assert sorted(await asyncio.gather(*(client.incr("s:burst") for _ in range(300)))) == list(range(1, 301))
+    await client.rpush("s:burst", *range(300))
+    replies = await asyncio.gather(*(client.blpop(["s:burst"], timeout=1) for _ in range(300)))
+    assert sorted(int(v) for _, v in replies) == list(range(300))
     assert len(pool._available_connections) + len(pool._in_use_connections) <= bus.POOL_CONNECTIONS
     # a command that leaves while it waits for a connection takes none with it
     blockers = [asyncio.create_task(client.blpop(["s:never"], timeout=0.3)) for _ in range(bus.POOL_CONNECTIONS)]
     await asyncio.sleep(0.05)  # every connection is held by a blocked read
-    waiting = asyncio.create_task(client.get("s:burst"))
+    waiting = asyncio.create_task(client.blpop(["s:burst"], timeout=0.1))
     await asyncio.sleep(0.05)
     waiting.cancel()
     await asyncio.gather(*blockers, return_exceptions=True)
-    assert await client.get("s:burst") == b"300"
+    await client.rpush("s:burst", "last")
+    assert await client.blpop(["s:burst"], timeout=1) == (b"s:burst", b"last")
     assert len(pool._in_use_connections) == 0 and len(pool._available_connections) == bus.POOL_CONNECTIONS
     await client.aclose()
 
