@@ -42,7 +42,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
@@ -174,13 +173,29 @@ class Subscription:
         return frame.ends(self.stop_turn)
 
 
-@dataclass
 class _Watch:
-    """The reader's state for one watched stream: its cursor and the subscribers fed from it."""
+    """The reader's state for one watched stream: its cursor (and the cursor's id, as its XREAD takes
+    it, kept rather than formatted for every read) and the subscribers fed from it."""
 
-    cursor: StreamId | None = None
-    subs: set[Subscription] = field(default_factory=set)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    __slots__ = ("_cursor", "cursor_id", "key", "ready", "subs")
+
+    def __init__(self, sid: str, cursor: StreamId | None = None) -> None:
+        self.key = keys.events(sid)
+        self.subs: set[Subscription] = set()
+        self.ready = asyncio.Event()
+        self.cursor = cursor
+
+    @property
+    def cursor(self) -> StreamId | None:
+        return self._cursor
+
+    @cursor.setter
+    def cursor(self, pos: StreamId | None) -> None:
+        self._cursor, self.cursor_id = pos, fmt_id(pos) if pos is not None else ""
+
+    def advance(self, pos: StreamId, entry_id: str) -> None:
+        """The cursor moves to an entry just read (``entry_id`` is ``pos`` as Redis spells it)."""
+        self._cursor, self.cursor_id = pos, entry_id
 
 
 class RelayUnavailable(RuntimeError):
@@ -272,7 +287,7 @@ class Relay:
         while True:
             watch = self._watches.get(sid)
             if watch is None:
-                watch = self._watches[sid] = _Watch()
+                watch = self._watches[sid] = _Watch(sid)
                 await self._begin(sid, watch)  # raises when Redis fails
                 return watch, True
             await watch.ready.wait()
@@ -282,7 +297,7 @@ class Relay:
 
     def _begin_fresh(self, sid: str) -> _Watch:
         """A new watch of a session with no events yet: its cursor is the stream's beginning."""
-        watch = self._watches[sid] = _Watch(cursor=(0, 0))
+        watch = self._watches[sid] = _Watch(sid, (0, 0))
         watch.ready.set()
         return watch
 
@@ -318,7 +333,7 @@ class Relay:
                 await asyncio.sleep(0.5)
 
     def _streams(self) -> dict[str, str]:
-        return {keys.events(sid): fmt_id(w.cursor) for sid, w in self._watches.items() if w.cursor is not None}
+        return {w.key: w.cursor_id for w in self._watches.values() if w.cursor_id}
 
     async def _read_once(self) -> None:
         by_sid: dict[str, list[bus.Entry]] = {}
@@ -335,7 +350,7 @@ class Relay:
             pos = stream_pos(entry.id)
             if pos <= watch.cursor:
                 continue
-            watch.cursor = pos
+            watch.advance(pos, entry.id)
             frame = make_frame(entry.id, entry.data, pos)
             if frame is not None:
                 self._fan_out(sid, watch, frame)

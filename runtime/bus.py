@@ -192,7 +192,7 @@ async def publish(r: aioredis.Redis, items: Iterable[tuple[str, bytes]], maxlen:
     pipe = r.pipeline(transaction=False)
     n = 0
     for stream, data in items:
-        pipe.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True)
+        pipe.execute_command(*xadd(stream, data, maxlen))
         n += 1
     if not n:
         return []
@@ -207,7 +207,15 @@ async def add(r: aioredis.Redis, stream: str, data: bytes, maxlen: int = JOB_STR
 
 def add_to(r: Any, stream: str, data: bytes, maxlen: int = JOB_STREAM_MAXLEN, nomkstream: bool = False) -> Any:
     """``add``'s XADD, on a client (a coroutine) or queued on a pipeline (a ``Batcher``'s build)."""
-    return r.xadd(stream, {FIELD: data}, maxlen=maxlen, approximate=True, nomkstream=nomkstream)
+    return r.execute_command(*xadd(stream, data, maxlen, nomkstream))
+
+
+def xadd(stream: str, data: bytes, maxlen: int, nomkstream: bool = False) -> tuple[Any, ...]:
+    """The XADD of one entry (approximate trimming) as ``execute_command``'s arguments: what redis-py's
+    ``xadd`` sends, without assembling it from keyword options for every token."""
+    if nomkstream:
+        return ("XADD", stream, "NOMKSTREAM", "MAXLEN", "~", maxlen, "*", FIELD, data)
+    return ("XADD", stream, "MAXLEN", "~", maxlen, "*", FIELD, data)
 
 
 def _entries(reply, deliveries: int = 1) -> list[Entry]:
@@ -535,7 +543,8 @@ class Batcher:
 
     ``await call(build)`` (or ``submit(build)``, a future): ``build(pipe)`` queues exactly one
     command on a pipeline -- a ``ScriptCall`` runs a script -- and its reply is returned (its
-    error raised).  Commands issued while a round trip is in flight leave together in the next
+    error raised); ``submit_many(builds)`` queues several, with one future for all their replies.
+    Commands issued while a round trip is in flight leave together in the next
     one: under load one write serves many sessions; when idle a command leaves at once, with no
     added delay.  A script the server does not know (restarted, flushed, a new cluster master) is
     loaded and re-run.
@@ -543,13 +552,21 @@ class Batcher:
 
     def __init__(self, r: aioredis.Redis) -> None:
         self.r = r
-        self._queue: list[tuple[Callable[[Any], Any], asyncio.Future]] = []
+        self._queue: list[tuple[tuple[Callable[[Any], Any], ...], asyncio.Future, bool]] = []
         self._task: asyncio.Task | None = None
 
     def submit(self, build: Callable[[Any], Any]) -> asyncio.Future:
         """Queue ``build`` for the next round trip; the future gets its reply."""
+        return self._submit((build,), False)
+
+    def submit_many(self, builds: list[Callable[[Any], Any]]) -> asyncio.Future:
+        """Queue ``builds`` for the next round trip, together; the future gets the list of their replies,
+        in order, each the command's reply or its error (never raised): one future for many commands."""
+        return self._submit(tuple(builds), True)
+
+    def _submit(self, builds: tuple[Callable[[Any], Any], ...], many: bool) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append((build, fut))
+        self._queue.append((builds, fut, many))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
         return fut
@@ -560,17 +577,22 @@ class Batcher:
     async def _drain(self) -> None:
         while self._queue:
             batch, self._queue = self._queue, []
+            builds = [build for group, _, _ in batch for build in group]
             try:
-                replies = await self._round_trip([build for build, _ in batch])
+                replies = await self._round_trip(builds)
             except Exception as exc:  # a connection-level failure: every caller of the batch gets it
-                replies = [exc] * len(batch)
-            for (_, fut), reply in zip(batch, replies, strict=True):
+                replies = [exc] * len(builds)
+            i = 0
+            for group, fut, many in batch:
+                mine, i = replies[i:i + len(group)], i + len(group)
                 if fut.done():  # its caller was cancelled
                     continue
-                if isinstance(reply, Exception):
-                    fut.set_exception(reply)
+                if many:
+                    fut.set_result(mine)
+                elif isinstance(mine[0], Exception):
+                    fut.set_exception(mine[0])
                 else:
-                    fut.set_result(reply)
+                    fut.set_result(mine[0])
 
     async def _round_trip(self, builds: list[Callable[[Any], Any]], retry: bool = True) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)

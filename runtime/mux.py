@@ -52,15 +52,24 @@ _POOLED = frozenset({
 _READS = frozenset({"XREAD", "XREADGROUP"})  # block only with a BLOCK option (before STREAMS)
 
 
-def _name(arg: Any) -> str:
-    word = arg.decode() if isinstance(arg, bytes) else str(arg)
-    return word.split(" ", 1)[0].upper()
+_PLAIN, _HOLDS, _READ = 0, 1, 2
+_KINDS: dict[Any, int] = {}  # a command's first argument -> its kind (a few dozen names at most)
+
+
+def _kind(first: Any) -> int:
+    word = first.decode() if isinstance(first, bytes) else str(first)
+    name = word.split(" ", 1)[0].upper()
+    return _READ if name in _READS else _HOLDS if name in _POOLED else _PLAIN
 
 
 def pooled(args: tuple) -> bool:
     """Whether a command must run on a connection of its own (redis-py's pool)."""
-    name = _name(args[0])
-    if name in _READS:
+    kind = _KINDS.get(args[0])
+    if kind is None:
+        kind = _kind(args[0])
+        if len(_KINDS) < 4096:
+            _KINDS[args[0]] = kind
+    if kind == _READ:
         for arg in args[1:]:
             word = arg.upper() if isinstance(arg, (str, bytes)) else arg
             if word in ("BLOCK", b"BLOCK"):
@@ -68,7 +77,7 @@ def pooled(args: tuple) -> bool:
             if word in ("STREAMS", b"STREAMS"):
                 return False
         return False
-    return name in _POOLED
+    return kind == _HOLDS
 
 
 def pack(args: tuple) -> bytes:
@@ -257,14 +266,17 @@ class MuxPipeline(Pipeline):
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = self.command_stack
-        if (self.mux is None or self.is_transaction or self.explicit_transaction or self.watching or self.scripts
-                or any(pooled(args) for args, _ in stack)):
+        if self.mux is None or self.is_transaction or self.explicit_transaction or self.watching or self.scripts:
             return await super().execute(raise_on_error)
+        packed = []
+        for args, _ in stack:
+            if pooled(args):
+                return await super().execute(raise_on_error)
+            packed.append(pack(args))
         if not stack:
             return []
         try:
-            data = b"".join([pack(args) for args, _ in stack])
-            replies = await self.mux.call(data, len(stack))
+            replies = await self.mux.call(b"".join(packed), len(stack))
             if len(stack) == 1:
                 replies = [replies]
             callbacks = self.response_callbacks
@@ -272,7 +284,7 @@ class MuxPipeline(Pipeline):
             for (args, options), reply in zip(stack, replies, strict=True):
                 try:
                     value = finish(callbacks, args[0], reply, options)
-                    if inspect.isawaitable(value):
+                    if inspect.iscoroutine(value):
                         value = await value
                 except ResponseError as exc:  # in the list, as redis-py's pipelines give it
                     value = exc
@@ -303,7 +315,7 @@ class MuxRedis(aioredis.Redis):
         if mux is None or pooled(args):
             return await super().execute_command(*args, **options)
         value = finish(self.response_callbacks, args[0], await mux.call(pack(args)), options)
-        return await value if inspect.isawaitable(value) else value
+        return await value if inspect.iscoroutine(value) else value
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         pipe = MuxPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)

@@ -391,8 +391,8 @@ class Sessions:
         stalled (not dead) parser's late writes repeat and what lands after the turn's
         ``session.ended`` (``gateway.frames.Seen``).  One command per event instead of a script
         that reads and writes the mark: the per-token commands are halved."""
-        stream = keys.events(sid)
-        return lambda pipe: pipe.xadd(stream, {bus.FIELD: data}, maxlen=maxlen, approximate=True)
+        command = bus.xadd(keys.events(sid), data, maxlen)
+        return lambda pipe: pipe.execute_command(*command)
 
     async def parser_start(self, sid: str, turn: int, attempt: int) -> tuple[int, bool]:
         """Where a parse of ``turn``'s ``attempt`` starts: the last seq the parser published for it (-1:

@@ -79,6 +79,22 @@ async def test_batcher_gives_each_caller_its_own_reply_or_error(r) -> None:
     assert [e.data for e in await bus.tail(r, "s:b", "0-0", block_ms=10)] == [str(i).encode() for i in range(50)]
 
 
+async def test_batcher_gives_many_commands_one_future_with_each_reply_or_error_in_order(r) -> None:
+    batcher = bus.Batcher(r)
+    await r.set("s:string", "x")
+    single = batcher.submit(lambda p: p.incr("s:n"))
+    many = batcher.submit_many([lambda p, i=i: p.execute_command(*bus.xadd("s:m", str(i).encode(), 100))
+                                for i in range(5)] + [lambda p: p.incr("s:string"), lambda p: p.incr("s:n")])
+    replies = await many
+    assert await single == 1 and replies[-1] == 2  # in the same round trip, in the order queued
+    assert all(isinstance(x, bytes) for x in replies[:5]) and isinstance(replies[5], Exception)
+    assert [e.data for e in await bus.tail(r, "s:m", "0-0", block_ms=10)] == [str(i).encode() for i in range(5)]
+    down = bus.Batcher(bus.connect("redis://127.0.0.1:1"))  # nothing listens there
+    replies = await down.submit_many([lambda p: p.incr("s:n")] * 3)
+    assert len(replies) == 3 and all(isinstance(x, bus.REDIS_DOWN) for x in replies)  # given, not raised
+    await down.r.aclose()
+
+
 async def test_batcher_runs_scripts_by_sha_and_loads_them_when_the_server_forgot(r) -> None:
     batcher = bus.Batcher(r)
     script = r.register_script("return tonumber(ARGV[1]) + #KEYS")

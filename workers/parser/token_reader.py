@@ -135,13 +135,13 @@ class TokenReader:
         if not plain:
             return
         owners: list[int] = []  # the plain step of each XADD
-        futures = []
+        calls = []
         for i, (turn, step) in enumerate(plain):
             for call in turn.append_calls(step):
                 owners.append(i)
-                futures.append(self.batcher.submit(call))
+                calls.append(call)
         failed: dict[int, BaseException] = {}
-        for i, reply in zip(owners, await asyncio.gather(*futures, return_exceptions=True), strict=True):
+        for i, reply in zip(owners, await self.batcher.submit_many(calls) if calls else [], strict=True):
             if isinstance(reply, BaseException):
                 failed.setdefault(i, reply)
         for i, (turn, step) in enumerate(plain):
