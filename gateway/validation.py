@@ -6,6 +6,7 @@ the Anthropic routes render it in Anthropic's shape (``gateway.errors``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,22 @@ FORMATS = ("text", "json_object", "json_schema")  # the output formats the decod
 
 def served_model(cfg: Config) -> str:
     """The model id this deployment serves (``served_model_name``, else the model directory's name)."""
-    return cfg.served_model_name or Path(cfg.model).name or "turnstream"
+    return cfg.served_model_name or _dir_name(cfg.model) or "turnstream"
 
 
-def accepted_models(cfg: Config) -> set[str]:
+def accepted_models(cfg: Config) -> frozenset[str]:
     """The ids a request may name the served model by: its served name, its directory's name, its path."""
-    return {served_model(cfg), Path(cfg.model).name, cfg.model}
+    return _accepted(cfg.served_model_name, cfg.model)
+
+
+@functools.lru_cache(maxsize=16)
+def _dir_name(model: str) -> str:  # every request names its model: no path parsing each time
+    return Path(model).name
+
+
+@functools.lru_cache(maxsize=16)
+def _accepted(served_name: str, model: str) -> frozenset[str]:
+    return frozenset({served_name or _dir_name(model) or "turnstream", _dir_name(model), model})
 
 
 def check_model(cfg: Config, model: str) -> None:
