@@ -37,6 +37,7 @@ import redis.asyncio as aioredis
 from redis._parsers import BaseParser
 from redis.asyncio.client import EMPTY_RESPONSE, NEVER_DECODE, Pipeline
 from redis.exceptions import ConnectionError, DataError, InvalidResponse, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,13 @@ _PLAIN, _HOLDS, _READ = 0, 1, 2
 _KINDS: dict[Any, int] = {}  # a command's first argument -> its kind (a few dozen names at most)
 
 
-def _kind(first: Any) -> int:
+def _kind_name(first: Any) -> str:
     word = first.decode() if isinstance(first, bytes) else str(first)
-    name = word.split(" ", 1)[0].upper()
+    return word.split(" ", 1)[0].upper()
+
+
+def _kind(first: Any) -> int:
+    name = _kind_name(first)
     return _READ if name in _READS else _HOLDS if name in _POOLED else _PLAIN
 
 
@@ -69,8 +74,8 @@ def pooled(args: tuple) -> bool:
         kind = _kind(args[0])
         if len(_KINDS) < 4096:
             _KINDS[args[0]] = kind
-    if kind == _READ:
-        for arg in args[1:]:
+    if kind == _READ:  # XREADGROUP's options follow GROUP <group> <consumer> (a group may be named STREAMS)
+        for arg in args[4 if _kind_name(args[0]) == "XREADGROUP" else 1:]:
             word = arg.upper() if isinstance(arg, (str, bytes)) else arg
             if word in ("BLOCK", b"BLOCK"):
                 return True
@@ -157,6 +162,9 @@ class _Link(asyncio.Protocol):
                 waiting.popleft()
                 if not head[0].done():
                     head[0].set_result(reply)
+                if isinstance(reply, ConnectionError):  # NOAUTH, too many clients: dropped, as redis-py does
+                    self.close(reply)
+                    return
                 continue
             head[2].append(reply)
             if len(head[2]) == head[1]:
@@ -177,10 +185,10 @@ class _Link(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(error)
 
-    def close(self) -> None:
-        self._fail(ConnectionError("client closed"))
+    def close(self, why: BaseException | None = None) -> None:
+        self._fail(why or ConnectionError("client closed"))
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
 
 class Mux:
@@ -188,6 +196,7 @@ class Mux:
 
     def __init__(self, kwargs: dict[str, Any]) -> None:
         self.kwargs = kwargs
+        self.timeout: float | None = kwargs.get("socket_timeout")  # a reply's wait, as redis-py's socket_timeout
         self.link: _Link | None = None
         self._opening: asyncio.Task | None = None
 
@@ -195,7 +204,13 @@ class Mux:
         link = self.link
         if link is None or link.lost is not None or link.loop is not asyncio.get_running_loop():
             link = await self._open()
-        return await link.send(data, n)
+        if self.timeout is None:
+            return await link.send(data, n)
+        try:
+            return await asyncio.wait_for(link.send(data, n), self.timeout)
+        except asyncio.TimeoutError:  # the server is stalled or gone: the link is dropped, as redis-py drops
+            link.close(RedisTimeoutError("Timeout reading from the broker"))  # a connection whose read timed out
+            raise RedisTimeoutError("Timeout reading from the broker") from None
 
     async def _open(self) -> _Link:
         loop = asyncio.get_running_loop()
@@ -203,7 +218,13 @@ class Mux:
         if opening is None or opening.get_loop() is not loop or (opening.done() and (
                 opening.cancelled() or opening.exception() is not None or opening.result().lost is not None)):
             opening = self._opening = loop.create_task(self._connect(loop))
-        return await asyncio.shield(opening)
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if opening.cancelled() and task is not None and not task.cancelling():  # the client closed, not the caller
+                raise ConnectionError("the client was closed while it connected") from None
+            raise
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Link:
         old, self.link = self.link, None
@@ -211,16 +232,21 @@ class Mux:
             old.close()
         kw = self.kwargs
         timeout = kw.get("socket_connect_timeout") or CONNECT_TIMEOUT_S
+        try:  # connecting and the handshake together, within the connect timeout
+            return await asyncio.wait_for(self._handshake(loop, kw), timeout)
+        except asyncio.TimeoutError as exc:
+            raise RedisTimeoutError(f"Timeout connecting to the broker ({timeout} s)") from exc
+
+    async def _handshake(self, loop: asyncio.AbstractEventLoop, kw: dict[str, Any]) -> _Link:
         try:
             if kw.get("path"):
                 where = kw["path"]
-                _, link = await asyncio.wait_for(loop.create_unix_connection(lambda: _Link(loop), kw["path"]), timeout)
+                _, link = await loop.create_unix_connection(lambda: _Link(loop), kw["path"])
             else:
                 where = f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
-                _, link = await asyncio.wait_for(
-                    loop.create_connection(lambda: _Link(loop), kw.get("host", "localhost"), kw.get("port", 6379)),
-                    timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+                _, link = await loop.create_connection(lambda: _Link(loop), kw.get("host", "localhost"),
+                                                       kw.get("port", 6379))
+        except OSError as exc:
             raise ConnectionError(f"Error connecting to {where}: {exc!r}") from exc
         hello = []
         if kw.get("password") is not None:
@@ -230,15 +256,23 @@ class Mux:
             hello.append(("SELECT", kw["db"]))
         if kw.get("client_name"):
             hello.append(("CLIENT", "SETNAME", kw["client_name"]))
-        for cmd in hello:
-            reply = await link.send(pack(cmd), 1)
-            if isinstance(reply, Exception):
-                link.close()
-                raise reply
+        try:
+            for cmd in hello:
+                reply = await link.send(pack(cmd), 1)
+                if isinstance(reply, Exception):
+                    raise reply
+        except BaseException:  # refused, timed out, cancelled (the client closed meanwhile): no socket left open
+            link.close()
+            raise
         self.link = link
         return link
 
     def close(self) -> None:
+        """Close the link, and a connect under way (a later command opens a new one, as redis-py's
+        clients reconnect after ``aclose``)."""
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+        self._opening = None
         if self.link is not None:
             self.link.close()
             self.link = None
@@ -268,14 +302,12 @@ class MuxPipeline(Pipeline):
         stack = self.command_stack
         if self.mux is None or self.is_transaction or self.explicit_transaction or self.watching or self.scripts:
             return await super().execute(raise_on_error)
-        packed = []
-        for args, _ in stack:
-            if pooled(args):
-                return await super().execute(raise_on_error)
-            packed.append(pack(args))
+        if any(pooled(args) for args, _ in stack):
+            return await super().execute(raise_on_error)
         if not stack:
             return []
         try:
+            packed = [pack(args) for args, _ in stack]
             replies = await self.mux.call(b"".join(packed), len(stack))
             if len(stack) == 1:
                 replies = [replies]

@@ -142,3 +142,69 @@ async def test_a_database_and_a_password_are_sent_when_the_link_opens(redis_url)
     await client.aclose()
     await wrong.aclose()
     await admin.aclose()
+
+
+def test_a_group_or_consumer_named_like_an_option_does_not_hide_a_block() -> None:
+    assert mux.pooled(("XREADGROUP", "GROUP", "g", "streams", "BLOCK", 0, "STREAMS", "s", ">"))
+    assert mux.pooled(("XREADGROUP", "GROUP", "block", "STREAMS", "BLOCK", 10, "STREAMS", "s", ">"))
+    assert not mux.pooled(("XREADGROUP", "GROUP", "BLOCK", "c", "COUNT", 5, "STREAMS", "s", ">"))
+
+
+async def _stalled_server() -> tuple[asyncio.AbstractServer, int, list]:
+    """A server that accepts connections and never answers; ``held`` gets each connection's writer,
+    and ``None`` in its place once the client closed it."""
+    held: list = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.read()  # until the client closes
+        held[held.index(writer)] = None
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], held
+
+
+async def test_a_stalled_server_times_out_as_with_redis_py_and_the_link_is_dropped() -> None:
+    server, port, held = await _stalled_server()
+    client = bus.connect(f"redis://127.0.0.1:{port}?socket_timeout=0.2")
+    calls = [asyncio.ensure_future(client.get("s:k")) for _ in range(3)]
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
+    assert all(isinstance(x, bus.REDIS_DOWN) for x in results)  # every caller told, none left waiting
+    assert client.mux.link is None or client.mux.link.lost is not None
+    # a handshake that gets no answer is bounded by the connect timeout
+    client2 = bus.connect(f"redis://:secret@127.0.0.1:{port}?socket_connect_timeout=0.2")
+    with pytest.raises(bus.REDIS_DOWN):
+        await asyncio.wait_for(client2.get("s:k"), 5)
+    await client.aclose()
+    await client2.aclose()
+    for w in filter(None, held):
+        w.close()
+    server.close()
+
+
+async def test_closing_the_client_while_it_connects_leaves_no_link_open() -> None:
+    server, port, held = await _stalled_server()
+    client = bus.connect(f"redis://:secret@127.0.0.1:{port}")  # the AUTH is never answered
+    pending = asyncio.ensure_future(client.get("s:k"))
+    await asyncio.sleep(0.1)
+    await client.aclose()
+    with pytest.raises(bus.REDIS_DOWN):  # the caller is told, not cancelled
+        await asyncio.wait_for(pending, 5)
+    for _ in range(100):  # the close reaches the server
+        if held and not any(held):
+            break
+        await asyncio.sleep(0.02)
+    assert client.mux.link is None and len(held) == 1 and held[0] is None
+    server.close()
+
+
+async def test_a_value_that_cannot_be_sent_fails_the_pipeline_and_leaves_it_empty(r) -> None:
+    from redis.exceptions import DataError
+
+    pipe = r.pipeline(transaction=False)
+    pipe.set("s:a", "1").set("s:b", None)  # type: ignore[arg-type]
+    with pytest.raises(DataError):
+        await pipe.execute()
+    assert len(pipe) == 0 and await pipe.execute() == []
+    assert await r.get("s:a") is None  # nothing of it was sent
