@@ -19,8 +19,12 @@ and non-transactional pipeline that cannot block goes on one shared connection i
 * **Failure is redis-py's**: when the connection drops, every command sent on it and not
   answered fails with ``ConnectionError`` (a reply may have been lost: the callers' retries are
   the same as with redis-py, ``bus.through_outage``), and the next command reconnects.  A
-  command cancelled while it waits is still answered; its reply is dropped.
-* TLS connections, decoded replies and RESP3 stay on redis-py's pool (no shared connection).
+  command cancelled while it waits is still answered; its reply is dropped.  When the server reads
+  slower than commands come (the socket's buffer past its high mark), new commands wait for it to
+  drain, as redis-py's writers do; a URL's ``socket_timeout`` bounds a reply's wait (the link is
+  then dropped, as redis-py drops a connection whose read timed out).
+* TLS connections, decoded replies and RESP3 stay on redis-py's pool (no shared connection), and
+  so does a Redis Cluster's client (``runtime.cluster``: its nodes keep redis-py's connections).
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ class _Link(asyncio.Protocol):
         self.waiting: collections.deque[list[Any]] = collections.deque()  # [future, replies expected, replies]
         self.flushing = False
         self.lost: BaseException | None = None
+        self.drained: asyncio.Future | None = None  # while the transport's write buffer is over its high mark
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -172,8 +177,20 @@ class _Link(asyncio.Protocol):
                 if not head[0].done():
                     head[0].set_result(head[2])
 
+    def pause_writing(self) -> None:
+        """The server reads slower than commands come: new commands wait (``Mux.call``), as redis-py's
+        writers wait in ``drain``, instead of growing the buffer without bound."""
+        if self.drained is None:
+            self.drained = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        drained, self.drained = self.drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(exc or ConnectionError("Connection closed by server."))
+        self.resume_writing()
 
     def _fail(self, exc: BaseException) -> None:
         if self.lost is None:
@@ -204,6 +221,10 @@ class Mux:
         link = self.link
         if link is None or link.lost is not None or link.loop is not asyncio.get_running_loop():
             link = await self._open()
+        while link.drained is not None:
+            await asyncio.shield(link.drained)
+            if link.lost is not None:
+                link = await self._open()
         if self.timeout is None:
             return await link.send(data, n)
         try:

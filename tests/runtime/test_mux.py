@@ -208,3 +208,14 @@ async def test_a_value_that_cannot_be_sent_fails_the_pipeline_and_leaves_it_empt
         await pipe.execute()
     assert len(pipe) == 0 and await pipe.execute() == []
     assert await r.get("s:a") is None  # nothing of it was sent
+
+
+async def test_a_full_write_buffer_holds_new_commands_until_it_drains(r) -> None:
+    await r.set("s:k", "v")
+    link = r.mux.link
+    link.pause_writing()  # what the transport calls when its buffer passes its high-water mark
+    held = asyncio.ensure_future(r.get("s:k"))
+    await asyncio.sleep(0.05)
+    assert not held.done() and not link.waiting  # waiting to be written, not written
+    link.resume_writing()
+    assert await asyncio.wait_for(held, 2) == b"v"
