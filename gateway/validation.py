@@ -20,7 +20,7 @@ FORMATS = ("text", "json_object", "json_schema")  # the output formats the decod
 
 def served_model(cfg: Config) -> str:
     """The model id this deployment serves (``served_model_name``, else the model directory's name)."""
-    return cfg.served_model_name or _dir_name(cfg.model) or "turnstream"
+    return _served(cfg.served_model_name, cfg.model)
 
 
 def accepted_models(cfg: Config) -> frozenset[str]:
@@ -28,14 +28,14 @@ def accepted_models(cfg: Config) -> frozenset[str]:
     return _accepted(cfg.served_model_name, cfg.model)
 
 
-@functools.lru_cache(maxsize=16)
-def _dir_name(model: str) -> str:  # every request names its model: no path parsing each time
-    return Path(model).name
+@functools.lru_cache(maxsize=16)  # every request names its model: no path parsing each time
+def _served(served_name: str, model: str) -> str:
+    return served_name or Path(model).name or "turnstream"
 
 
 @functools.lru_cache(maxsize=16)
 def _accepted(served_name: str, model: str) -> frozenset[str]:
-    return frozenset({served_name or _dir_name(model) or "turnstream", _dir_name(model), model})
+    return frozenset({_served(served_name, model), Path(model).name, model})
 
 
 def check_model(cfg: Config, model: str) -> None:

@@ -57,18 +57,16 @@ _POOLED = frozenset({
 _READS = frozenset({"XREAD", "XREADGROUP"})  # block only with a BLOCK option (before STREAMS)
 
 
-_PLAIN, _HOLDS, _READ = 0, 1, 2
+_PLAIN, _HOLDS, _READ, _GROUP_READ = 0, 1, 2, 3
 _KINDS: dict[Any, int] = {}  # a command's first argument -> its kind (a few dozen names at most)
 
 
-def _kind_name(first: Any) -> str:
-    word = first.decode() if isinstance(first, bytes) else str(first)
-    return word.split(" ", 1)[0].upper()
-
-
 def _kind(first: Any) -> int:
-    name = _kind_name(first)
-    return _READ if name in _READS else _HOLDS if name in _POOLED else _PLAIN
+    word = first.decode() if isinstance(first, bytes) else str(first)
+    name = word.split(" ", 1)[0].upper()
+    if name in _READS:
+        return _GROUP_READ if name == "XREADGROUP" else _READ
+    return _HOLDS if name in _POOLED else _PLAIN
 
 
 def pooled(args: tuple) -> bool:
@@ -78,8 +76,8 @@ def pooled(args: tuple) -> bool:
         kind = _kind(args[0])
         if len(_KINDS) < 4096:
             _KINDS[args[0]] = kind
-    if kind == _READ:  # XREADGROUP's options follow GROUP <group> <consumer> (a group may be named STREAMS)
-        for arg in args[4 if _kind_name(args[0]) == "XREADGROUP" else 1:]:
+    if kind >= _READ:  # XREADGROUP's options follow GROUP <group> <consumer> (a group may be named STREAMS)
+        for arg in args[4 if kind == _GROUP_READ else 1:]:
             word = arg.upper() if isinstance(arg, (str, bytes)) else arg
             if word in ("BLOCK", b"BLOCK"):
                 return True

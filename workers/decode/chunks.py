@@ -130,7 +130,7 @@ class ChunkWriter:
     def __init__(self, r: aioredis.Redis, n: int, ms: float, outage_s: float = bus.OUTAGE_S,
                  maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> None:
         self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
-        self._xadd_opts = ("MAXLEN", "~", maxlen, "*", bus.FIELD)
+        self.maxlen = maxlen
         self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, in arrival order
         self.urgent = False  # a first chunk, a full buffer or a flush is waiting: the next round now
         self.busy = False  # a round trip is in flight
@@ -223,7 +223,7 @@ class ChunkWriter:
             data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text="".join(tc.text),
                                      n_tokens=tc.tokens, t_emit=tc.since))
             tc.seq, tc.text, tc.tokens, tc.first, tc.pending = tc.seq + 1, [], 0, False, tc.pending + 1
-            batch.append((tc, ("XADD", tc.stream, *self._xadd_opts, data),
+            batch.append((tc, bus.xadd(tc.stream, data, self.maxlen),
                           tc.abort is not None and tc.abort.due(now), tc.head))
             tc.head = None
         self.dirty = {}
