@@ -19,6 +19,11 @@ not out (a cancel while a tool runs: its result is recorded, but the client sees
 the ending).  Redis Cluster: the script's KEYS are the barrier hash, the session's event
 stream and its record, all tagged ``{sid}``; ``send_continuation`` and the client-call helpers
 are plain commands.
+
+The sweep's index (``keys.WAITING_TURNS``, a global key): a turn joins it when its end is recorded
+(``turn_end``, same round trip, just before) and leaves it when the sweep reads its barrier
+``sent`` (or long gone), or when its session is stopped (``Turns``).  So a sweep pass reads the
+turns waiting for results or for their continuation, not every session that is generating.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from enum import IntEnum
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from schemas import keys
 from schemas.codec import encode
@@ -86,9 +92,13 @@ class Barrier:
         self.ttl_s = ttl_s
         self._script = r.register_script(_BARRIER)
 
-    async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> int:
+    def _run(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> bus.ScriptCall:
         args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time()), Field.ended(turn)]
-        return int(await self._script(keys=[keys.barrier(sid, turn), keys.events(sid), keys.session(sid)], args=args))
+        return bus.ScriptCall(self._script, [keys.barrier(sid, turn), keys.events(sid), keys.session(sid)], args)
+
+    async def _call(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> int:
+        run = self._run(sid, turn, op, a, payload, event)
+        return int(await self._script(keys=run.keys, args=run.args))
 
     async def start(self, sid: str, turn: int, index: int, event: bytes = b"") -> Start:
         """Mark call ``index`` started, publishing ``event`` the first time (one round trip)."""
@@ -99,8 +109,21 @@ class Barrier:
         return Arrival(await self._call(sid, turn, "result", index, json.dumps(result), event))
 
     async def turn_end(self, sid: str, turn: int, n_calls: int) -> Arrival:
-        """Record that turn ``turn`` produced ``n_calls`` calls awaiting results."""
-        return Arrival(await self._call(sid, turn, "end", n_calls))
+        """Record that turn ``turn`` produced ``n_calls`` calls awaiting results, indexing the turn for
+        the sweep (``keys.WAITING_TURNS``) just before, in the same round trip: from then until its
+        barrier says ``sent``, a completer that dies before sending the continuation is covered."""
+        run = self._run(sid, turn, "end", n_calls)
+        pipe = self.r.pipeline(transaction=False)  # the index is a global key: another slot
+        pipe.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
+        run(pipe)
+        indexed, arrival = await pipe.execute(raise_on_error=False)
+        if isinstance(indexed, Exception):
+            raise indexed
+        if isinstance(arrival, NoScriptError):  # the server lost its scripts: loaded and run again
+            arrival = await self._script(keys=run.keys, args=run.args)
+        elif isinstance(arrival, Exception):
+            raise arrival
+        return Arrival(int(arrival))
 
     async def results(self, sid: str, turn: int) -> list[dict[str, Any]]:
         """The recorded results of a turn, by call index."""
@@ -126,6 +149,16 @@ class Barrier:
     async def overdue_client_calls(self, sid: str, turn: int, timeout_s: float) -> list[int]:
         """Client-side calls of a turn still without a result after ``timeout_s``."""
         return overdue_calls(await self.r.hgetall(keys.barrier(sid, turn)), time.time(), timeout_s)
+
+    async def waiting(self) -> list[tuple[bytes, float]]:
+        """The sweep's index: every turn that ended with calls and was not yet seen ``sent``, with
+        the time it was indexed."""
+        return await self.r.zrange(keys.WAITING_TURNS, 0, -1, withscores=True)
+
+    async def forget(self, *members: bytes | str) -> None:
+        """Drop turns from the sweep's index (their continuation was sent, or they need none)."""
+        if members:
+            await self.r.zrem(keys.WAITING_TURNS, *members)
 
     async def states(self, turns: list[tuple[str, int]]) -> list[dict[bytes, bytes]]:
         """The barrier hashes of many (sid, turn), in one round trip (for the sweep)."""

@@ -262,9 +262,7 @@ class Sessions:
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
                      client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> None:
-        """Write the session record and its first messages (one script), then index it as active: the
-        index is the sweep's (a completed turn never continued, an overdue client call), which a
-        ONESHOT session, one turn whose calls all go back to its caller, never needs."""
+        """Write the session record and its first messages (one script)."""
         record = {
             "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": repr(time.time()),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
@@ -275,10 +273,7 @@ class Sessions:
             args += [name, value]
         args += [json.dumps(m) for m in messages]
         ks = [keys.session(sid), keys.messages(sid)]  # the session's own slot
-        writes: list[Callable[[Any], Any]] = [bus.ScriptCall(self._create, ks, args)]
-        if SessionMode(mode) is not SessionMode.ONESHOT:
-            writes.append(lambda p: p.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()}))  # a global key, another slot
-        await self._send(*writes)
+        await self._send(bus.ScriptCall(self._create, ks, args))
 
     async def _send(self, *writes: Callable[[Any], Any]) -> list[Any]:
         """``writes`` (each queues one command on a pipeline; a ``bus.ScriptCall`` runs its script) in ONE

@@ -92,9 +92,10 @@ class Turns:
         if info is None:
             return
         entries = [] if message is None else turn_messages(message, results_in(bar), info)
-        if not info.active:
+        if not info.active:  # stopped while its tools ran: folded, and nothing to continue
             if entries:
                 await self.sessions.append_turn(sid, turn, entries)
+            await self.barrier.mark_sent(sid, turn)
             return
         reason = None
         if info.mode is SessionMode.RETURN_CALLS and client_calls(message or {}, info):
@@ -116,7 +117,7 @@ class Turns:
 
         ``parsed``: the turn's message as its parser just recorded it, given when the turn has no
         results to fold (no calls, or a ONESHOT turn, whose calls go back to its caller): nothing is
-        read back.  A ONESHOT session was never indexed as active (``Sessions.create``)."""
+        read back."""
         info = info or await self.sessions.get(sid)
         entries: list[dict[str, Any]] = []
         if info is not None:
@@ -132,8 +133,8 @@ class Turns:
         if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN,
                                             entries=entries, ttl_s=self.ttl_s):
             return False
-        if info is None or not info.oneshot:
-            await self.r.zrem(keys.ACTIVE_SESSIONS, sid)  # a global key: another slot
+        if reason in STOPS and (info is None or not info.oneshot):  # it may be waiting for results: not
+            await self.barrier.forget(keys.waiting_turn(sid, turn))  # for the sweep any more
         if reason in STOPS and info is not None and info.owner and info.turn == turn:
             await self._stop_generating(sid, turn, info.owner)
         return True

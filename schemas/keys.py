@@ -25,8 +25,9 @@ one session's keys share a slot and no script ever touches two slots.
     ts:tools:q:{pool}:wake      list: one wake token per enqueued job (tool workers BLPOP it)
     ts:tools:specs              hash: tool name -> JSON spec (description, schema, pool, idempotency),
                                 published by the tool workers (MCP tools too); parsers and gateways read it
-    ts:sessions:active          sorted set: sid -> last activity (for the barrier sweep; sessions
-                                with a loop only: a ONESHOT one is never in it)
+    ts:turns:waiting            sorted set: "{sid}:{turn}" -> when the turn ended with calls (the
+                                barrier sweep's index: turns that may still need their continuation;
+                                the sweep drops a turn once its barrier says sent)
     ts:sweep:lock               string + TTL: the decoder running the barrier sweep now
     ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
     ts:rl:{key_id}              hash: one API key's rate-limit token bucket
@@ -45,7 +46,7 @@ PARSE_JOBS = f"{PREFIX}:parse:jobs"
 PARSE_GROUP = "parse"
 DEAD = f"{PREFIX}:dead"
 TOOL_DURATIONS = f"{PREFIX}:tools:dur"
-ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"
+WAITING_TURNS = f"{PREFIX}:turns:waiting"
 TOOL_SPECS = f"{PREFIX}:tools:specs"
 SWEEP_LOCK = f"{PREFIX}:sweep:lock"
 DECODER_HEARTBEAT_PATTERN = f"{PREFIX}:decode:hb:*"
@@ -89,6 +90,17 @@ def events(sid: str) -> str:
 
 def barrier(sid: str, turn: int) -> str:
     return f"{session(sid)}:t:{turn}:bar"
+
+
+def waiting_turn(sid: str, turn: int) -> str:
+    """A turn's member in ``WAITING_TURNS``."""
+    return f"{sid}:{turn}"
+
+
+def waiting_turn_of(member: bytes | str) -> tuple[str, int]:
+    """The (sid, turn) of a ``WAITING_TURNS`` member."""
+    sid, _, turn = (member.decode() if isinstance(member, bytes) else member).rpartition(":")
+    return sid, int(turn)
 
 
 def tool_run(sid: str, turn: int, index: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -137,7 +136,6 @@ class SessionOps:
         ks = [keys.session(sid), keys.messages(sid), keys.tokens(sid), keys.events(sid)]
         if int(await self._continue(keys=ks, args=args)) != 1:
             raise ApiError(409, "the session changed while continuing it; retry", code="session_busy")
-        await self.r.zadd(keys.ACTIVE_SESSIONS, {sid: time.time()})
         await self.start(sid, turn, owner=info.owner or None)
         return turn, after
 

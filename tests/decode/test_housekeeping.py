@@ -1,7 +1,8 @@
 """The decoder's housekeeping.  Adoption finds dead decoders in their registry, never by a scan of
 the keyspace: it moves only theirs, keeps a dead one registered (and adopting) through the grace,
-then forgets it.  The barrier sweep reads every active session at once and acts only where it
-must: an overdue client call gets its error result, a completed turn that was never continued is."""
+then forgets it.  The barrier sweep reads the turns waiting at their barrier (never the sessions
+that are generating) at once and acts only where it must: an overdue client call gets its error
+result, a completed turn that was never continued is; a turn seen continued leaves its index."""
 
 from __future__ import annotations
 
@@ -131,3 +132,19 @@ async def test_the_sweep_answers_overdue_calls_and_continues_unsent_turns_only(r
     assert ContinueTurn(sid="unsent", turn=0) in jobs and ContinueTurn(sid="waiting", turn=0) in jobs
     assert not any(j.sid == "quiet" for j in jobs)
     assert not await turns.barrier.unsent("unsent", 0, older_than_s=0.0)
+    await asyncio.sleep(0.01)  # the sweep's lock lapses
+    await Housekeeping(cfg, r, "d1", turns).sweep()  # both were continued: they leave the index
+    assert await turns.barrier.waiting() == []
+
+
+async def test_the_sweep_reads_the_waiting_turns_not_the_generating_sessions(r) -> None:
+    turns = Turns(r)
+    for i in range(300):  # generating, or done with their tools
+        await turns.sessions.create(f"g{i}", [{"role": "user", "content": "hi"}], max_turns=4)
+    await turns.barrier.turn_end("w", 0, 1)  # waiting for its tool's result
+    await r.zadd(keys.WAITING_TURNS, {"gone:3": time.time() - 3600, "young:0": time.time()})  # no barrier
+    await r.config_resetstat()
+    await Housekeeping(CFG, r, "d1", turns).sweep()
+    stats = await r.info("commandstats")
+    assert sum(s["calls"] for s in stats.values()) < 10, stats
+    assert sorted(m for m, _ in await turns.barrier.waiting()) == [b"w:0", b"young:0"]  # an expired one left

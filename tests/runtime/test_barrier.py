@@ -198,6 +198,29 @@ async def test_nothing_is_published_for_a_turn_after_its_session_ended(r) -> Non
     assert [x["content"] for x in await b.results("s", 0)] == ["r0"]
 
 
+async def test_a_turn_waits_in_the_sweeps_index_from_its_end_until_a_stop(r) -> None:
+    turns = Turns(r)
+    b = turns.barrier
+    await turns.sessions.create("s", [{"role": "user", "content": "hi"}], max_turns=4)
+    assert await b.waiting() == []  # generating: nothing for the sweep
+    assert await b.turn_end("s", 0, 1) == Arrival.RECORDED
+    assert [m for m, _ in await b.waiting()] == [b"s:0"]
+    await turns.end("s", 0, "cancelled")  # stopped while its tool runs
+    assert await b.waiting() == []
+    assert await b.result("s", 0, 0, _result(0)) == Arrival.COMPLETED  # the tool finishes after the cancel
+    await turns.complete("s", 0)
+    assert await r.hget(keys.barrier("s", 0), "sent") is not None  # nothing to continue: left alone for good
+    assert await r.xlen(keys.DECODE_JOBS) == 0
+
+
+async def test_a_turn_end_is_recorded_when_the_server_lost_its_scripts(r) -> None:
+    b = Barrier(r)
+    assert await b.result("s", 0, 0, _result(0)) == Arrival.RECORDED  # the script is loaded...
+    await r.script_flush()  # ...and lost (a restart, a failover to a new master)
+    assert await b.turn_end("s", 0, 1) == Arrival.COMPLETED
+    assert [m for m, _ in await b.waiting()] == [b"s:0"]
+
+
 # --------------------------------------------------------------------------- Redis Cluster
 async def test_every_script_touches_one_slot(r, monkeypatch) -> None:
     """No script crosses slots: each EVALSHA's KEYS share one hash slot (DESIGN §2)."""

@@ -12,10 +12,12 @@
   adopts that entry too (until then a pass deletes the entries it moved, not the stream).  Then
   its member and its stream are deleted.  A decoder that stops cleanly leaves its member
   as one that died does: continuations may be queued on its stream, for the others to adopt.
-* **Barrier sweep** (one decoder at a time: ``ts:sweep:lock``).  For every active session: client
-  calls that waited past ``client_tool_timeout_s`` get an error result, and a turn that
-  completed without its continuation being sent (its sender died in between) is completed
-  again (``runtime.turns.Turns.complete``; decoders drop duplicate continuations).
+* **Barrier sweep** (one decoder at a time: ``ts:sweep:lock``).  For every turn that ended with
+  calls and was not yet seen continued (``runtime.barrier``'s index): client calls that waited
+  past ``client_tool_timeout_s`` get an error result, and a turn that completed without its
+  continuation being sent (its sender died in between) is completed again
+  (``runtime.turns.Turns.complete``; decoders drop duplicate continuations).  A session that is
+  generating costs the sweep nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from schemas import keys
 log = logging.getLogger(__name__)
 
 GRACE_S = 60.0
+GONE_S = 60.0  # an indexed turn whose barrier is still empty this long after: expired (or never written)
 
 
 def grace_s(cfg: Config) -> float:
@@ -103,17 +106,25 @@ class Housekeeping:
 
     async def sweep(self) -> None:
         """Time out overdue client calls; re-complete turns that completed but were never continued.
-        Reads every active session's turn and barrier in two round trips, whatever their number."""
+        Reads the turns in the sweep's index (``Barrier.waiting``: those that ended with calls and
+        were not yet seen sent) and their barriers in two round trips, whatever their number; drops
+        from it, in one more, the turns whose barrier says sent (or is long gone)."""
         if not await self.r.set(keys.SWEEP_LOCK, self.me, nx=True, px=int(self.cfg.sweep_after_s * 1000)):
             return
-        sids = [s.decode() for s in await self.r.zrange(keys.ACTIVE_SESSIONS, 0, -1)]
-        turns = await self.turns.sessions.turns_of(sids)
-        states = await self.turns.barrier.states(list(zip(sids, turns, strict=True)))
+        barrier = self.turns.barrier
+        waiting = await barrier.waiting()
+        turns = [keys.waiting_turn_of(member) for member, _ in waiting]
+        states = await barrier.states(turns)
         now = time.time()
-        for sid, turn, state in zip(sids, turns, states, strict=True):
+        done: list[bytes] = []
+        for (member, indexed), (sid, turn), state in zip(waiting, turns, states, strict=True):
+            if b"sent" in state or (not state and now - indexed > GONE_S):  # continued, or expired
+                done.append(member)
+                continue
             timeout_s = self.cfg.client_tool_timeout_s
             if overdue := overdue_calls(state, now, timeout_s):
                 await expire_calls(self.turns, sid, turn, overdue, timeout_s)
             if unsent_in(state, now, self.cfg.sweep_after_s):
                 log.info("sid=%s turn=%d sweep: completed turn was never continued", sid, turn)
                 await self.turns.complete(sid, turn)
+        await barrier.forget(*done)
