@@ -94,6 +94,43 @@ async def test_a_step_of_many_turns_leaves_in_one_round_trip(r) -> None:
         assert [(c.seq, c.text) for c in await _chunks(r, f"m{i}")] == [(0, "t0"), (1, "t1"), (2, "t2")]
 
 
+async def test_a_turn_that_is_due_leaves_alone_and_the_others_wait_for_the_clock(r) -> None:
+    w = ChunkWriter(r, n=2, ms=300.0)
+    a, b = _open(w, "due-a"), _open(w, "due-b")
+    w.add(a, "a0", 1)
+    w.add(b, "b0", 1)  # both first tokens: one round at once
+    await asyncio.sleep(0.05)
+    assert w.rounds == 1
+    w.add(b, "b1", 1)  # one token of two: waits for the clock
+    w.add(a, "a1", 1)
+    w.add(a, "a2", 1)  # two: due now, alone
+    await asyncio.sleep(0.05)
+    assert [c.text for c in await _chunks(r, "due-a")] == ["a0", "a1a2"]
+    assert [c.text for c in await _chunks(r, "due-b")] == ["b0"]  # not taken early by a's round
+    w.add(a, "a3", 1)
+    await asyncio.sleep(0.4)  # the clock's round: every buffered turn
+    assert [c.text for c in await _chunks(r, "due-b")] == ["b0", "b1"]
+    assert [c.text for c in await _chunks(r, "due-a")] == ["a0", "a1a2", "a3"]
+    assert w.rounds == 3
+
+
+async def test_a_due_turn_that_closed_leaves_no_empty_round(r) -> None:
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
+    a, b = _open(w, "gone-a"), _open(w, "gone-b")
+    w.add(a, "a0", 1)
+    w.add(b, "b0", 1)
+    await asyncio.gather(w.flush(a), w.flush(b))
+    w.n = 2
+    w.add(b, "b1", 1)  # waits for the clock
+    w.add(a, "a1", 1)
+    w.add(a, "a2", 1)  # due...
+    w.close(a)  # ...and abandoned before the round starts
+    await _settled()
+    assert w.rounds == 1 and not w.busy
+    await w.flush(b)
+    assert [c.text for c in await _chunks(r, "gone-b")] == ["b0", "b1"]
+
+
 async def test_tokens_that_arrive_while_a_round_is_in_flight_merge_into_one_chunk(r) -> None:
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     gate, original = asyncio.Event(), w._round_trip

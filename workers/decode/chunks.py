@@ -1,10 +1,10 @@
 """How the decode worker turns the engine's deltas into token-log entries, and notices a cancel.
 
     engine step: deltas of many turns ──> TurnChunks.add (no await) ──> ChunkWriter round:
-                                                                          XADD each turn's buffered text
-      a turn's first token: a round at once (this loop iteration's end)   (+ HMGET status, turn where that
-      later tokens: a round every ``ms`` for every turn (one clock), or   turn's abort check is due),
-      at once when a turn buffered ``n`` tokens or the end of a call       ONE pipelined round trip
+                                                                          XADD each due turn's buffered text
+      a turn's first token: due at once (a round at this loop iteration's (+ HMGET status, turn where that
+      end); later tokens: every turn's are due every ``ms`` (one clock),  turn's abort check is due),
+      a turn's own at once when it buffered ``n`` tokens or a call's end  ONE pipelined round trip
 
 Contracts:
 
@@ -13,10 +13,13 @@ Contracts:
   made for every session leaves in one pipeline.  One round is in flight at a time: what arrives
   meanwhile merges per turn into its next chunk (the writer coalesces while redis lags).
 * **Sized by step and time, not per token.**  After a turn's first chunk (which leaves at once:
-  time to first token is never traded), a turn's text waits for the next round: at most ``ms``
-  after the previous one began, or sooner when some turn buffered ``n`` tokens or the text that
-  may end one of its calls (``ends``: its format's close markers), so that a tool never waits for
-  the clock to start.
+  time to first token is never traded), a turn's text waits for the clock: every turn's buffered
+  text leaves in the round at most ``ms`` after the previous clocked round began.  A turn leaves
+  sooner, alone or with the others due then, when it buffered ``n`` tokens or the text that may
+  end one of its calls (``ends``: its format's close markers, so that a tool never waits for the
+  clock to start), or is flushed.  What one turn makes due never takes the others' text early: a
+  busy decoder (a new turn's first token every few steps) still writes every turn in chunks of
+  the clock's size, not of the interval between two turns' starts.
 * **In order, exactly once downstream.**  A turn's chunks carry consecutive ``seq`` and leave in
   order.  A round that fails because redis is unreachable is sent again, whole, every
   ``bus.RETRY_S`` for up to ``outage_s``; an XADD whose reply was lost is appended twice and the
@@ -86,8 +89,8 @@ class AbortCheck:
 class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
-    __slots__ = ("abort", "attempt", "ends", "error", "first", "head", "keep", "pending", "seq", "session_key",
-                 "since", "stream", "tail", "text", "tokens", "turn", "waiters")
+    __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "head", "keep", "pending", "seq",
+                 "session_key", "since", "stream", "tail", "text", "tokens", "turn", "waiters")
 
     def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None,
                  ends: tuple[str, ...] = ()) -> None:
@@ -100,6 +103,7 @@ class TurnChunks:
         self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
         self.seq = 0  # chunks taken into rounds so far (the next chunk's seq)
         self.first = True  # no chunk taken yet: the next round is due at once
+        self.due = False  # its buffer goes in the next round, clock or not (n tokens, a call's end, a flush)
         self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
         self.error: BaseException | None = None  # a round of this turn failed for good
         self.waiters: list[asyncio.Future] = []  # ``flush`` callers
@@ -132,9 +136,9 @@ class ChunkWriter:
         self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
         self.maxlen = maxlen
         self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, in arrival order
-        self.urgent = False  # a first chunk, a full buffer or a flush is waiting: the next round now
+        self.urgent = False  # some turn is due (a first chunk, a full buffer, a call's end, a flush): a round now
         self.busy = False  # a round trip is in flight
-        self.last_round = 0.0  # loop time the last round began
+        self.last_clock = 0.0  # loop time the last round that took every turn began
         self.rounds = 0  # round trips that carried chunks (tests, stats)
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
@@ -156,7 +160,7 @@ class ChunkWriter:
         tc.tokens += n_tokens
         self.dirty[tc] = None
         if tc.first or tc.tokens >= self.n or (tc.ends and self._ends_call(tc, text)):
-            self.urgent = True
+            tc.due = self.urgent = True
         self._schedule()
 
     @staticmethod
@@ -178,8 +182,9 @@ class ChunkWriter:
             return
         fut = asyncio.get_running_loop().create_future()
         tc.waiters.append(fut)
-        self.urgent = True
-        self._schedule()
+        if tc.text:  # buffered: due now (else only a round in flight is waited for)
+            tc.due = self.urgent = True
+            self._schedule()
         await fut
 
     def close(self, tc: TurnChunks) -> None:
@@ -191,12 +196,12 @@ class ChunkWriter:
         if self.busy or not self.dirty:
             return
         loop = asyncio.get_running_loop()
-        if self.urgent or loop.time() >= self.last_round + self.s:
+        if self.urgent or loop.time() >= self.last_clock + self.s:
             if not self._kicked:  # after every callback already queued: the rest of this step's turns
                 self._kicked = True
                 loop.call_soon(self._start)
         elif self._timer is None:
-            self._timer = loop.call_at(self.last_round + self.s, self._on_timer)
+            self._timer = loop.call_at(self.last_clock + self.s, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -209,24 +214,34 @@ class ChunkWriter:
             self._timer = None
         if self.busy or not self.dirty:
             return
+        batch = self._take()
+        if not batch:  # the turn that was due has closed since: the others wait for the clock
+            self._schedule()
+            return
         self.busy = True
-        task = asyncio.ensure_future(self._round(self._take()))
+        task = asyncio.ensure_future(self._round(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def _take(self) -> list[tuple[TurnChunks, tuple, bool, Any]]:
-        """Every buffered turn's chunk, encoded; the buffers empty."""
-        now = time.monotonic()
-        self.last_round, self.urgent = asyncio.get_running_loop().time(), False
-        batch = []
+        """The chunks of the turns due (every buffered turn's when the clock is), encoded; their buffers empty."""
+        now, loop_now = time.monotonic(), asyncio.get_running_loop().time()
+        clock = loop_now >= self.last_clock + self.s
+        if clock:
+            self.last_clock = loop_now
+        self.urgent = False
+        batch, left = [], {}
         for tc in self.dirty:
+            if not (clock or tc.due):
+                left[tc] = None
+                continue
             data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text="".join(tc.text),
                                      n_tokens=tc.tokens, t_emit=tc.since))
             tc.seq, tc.text, tc.tokens, tc.first, tc.pending = tc.seq + 1, [], 0, False, tc.pending + 1
             batch.append((tc, bus.xadd(tc.stream, data, self.maxlen),
                           tc.abort is not None and tc.abort.due(now), tc.head))
-            tc.head = None
-        self.dirty = {}
+            tc.head, tc.due = None, False
+        self.dirty = left
         return batch
 
     async def _round(self, batch: list[tuple[TurnChunks, tuple, bool, Any]]) -> None:
