@@ -72,6 +72,15 @@ return 1
 """
 
 
+_FORGET_UNCHANGED = """
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return 1
+"""
+
+
 class Arrival(IntEnum):
     DUPLICATE = 0
     RECORDED = 1
@@ -91,6 +100,7 @@ class Barrier:
         self.r = r
         self.ttl_s = ttl_s
         self._script = r.register_script(_BARRIER)
+        self._forget_unchanged = r.register_script(_FORGET_UNCHANGED)
 
     def _run(self, sid: str, turn: int, op: str, a: Any, payload: str = "", event: bytes = b"") -> bus.ScriptCall:
         args = [op, a, payload, event, bus.EVENT_STREAM_MAXLEN, self.ttl_s, repr(time.time()), Field.ended(turn)]
@@ -117,13 +127,19 @@ class Barrier:
         pipe.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
         run(pipe)
         indexed, arrival = await pipe.execute(raise_on_error=False)
-        if isinstance(indexed, Exception):
-            raise indexed
         if isinstance(arrival, NoScriptError):  # the server lost its scripts: loaded and run again
             arrival = await self._script(keys=run.keys, args=run.args)
         elif isinstance(arrival, Exception):
             raise arrival
+        if isinstance(indexed, Exception):  # the index's node failed (a cluster: another node): the end is
+            await self._index_again(sid, turn, indexed)  # recorded, its answer must not be lost
         return Arrival(int(arrival))
+
+    async def _index_again(self, sid: str, turn: int, exc: Exception) -> None:
+        try:
+            await self.r.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
+        except Exception as again:  # the completer continues the turn; only its death is not covered
+            log.warning("sid=%s turn=%d not indexed for the sweep: %s; %s", sid, turn, exc, again)
 
     async def results(self, sid: str, turn: int) -> list[dict[str, Any]]:
         """The recorded results of a turn, by call index."""
@@ -159,6 +175,13 @@ class Barrier:
         """Drop turns from the sweep's index (their continuation was sent, or they need none)."""
         if members:
             await self.r.zrem(keys.WAITING_TURNS, *members)
+
+    async def forget_unchanged(self, members: list[tuple[bytes, float]]) -> None:
+        """Drop these (member, score) pairs from the sweep's index unless a turn end indexed the member
+        again since it was read (a new score): one script on the index's own key."""
+        if members:
+            args = [x for member, score in members for x in (member, repr(score))]
+            await self._forget_unchanged(keys=[keys.WAITING_TURNS], args=args)
 
     async def states(self, turns: list[tuple[str, int]]) -> list[dict[bytes, bytes]]:
         """The barrier hashes of many (sid, turn), in one round trip (for the sweep)."""

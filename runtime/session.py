@@ -327,13 +327,6 @@ class Sessions:
     async def set_fields(self, sid: str, **values: Any) -> None:
         await self.r.hset(keys.session(sid), mapping={k: v for k, v in values.items()})
 
-    async def turns_of(self, sids: list[str]) -> list[int]:
-        """The current turn of each session, in one round trip (0 for a session that is gone)."""
-        pipe = self.r.pipeline(transaction=False)
-        for sid in sids:
-            pipe.hget(keys.session(sid), "turn")
-        return [int(t or 0) for t in await pipe.execute()] if sids else []
-
     async def messages(self, sid: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.r.lrange(keys.messages(sid), 0, -1)]
 

@@ -89,7 +89,8 @@ class Turns:
         The record, the turn's message and its results come in one round trip; the fold goes in
         the continuation's (before its job is queued) or in the ending's script."""
         info, message, bar = await self.sessions.turn_record(sid, turn, also=self.barrier.read(sid, turn))
-        if info is None:
+        if info is None:  # the session's record is gone: nothing to continue
+            await self.barrier.mark_sent(sid, turn)
             return
         entries = [] if message is None else turn_messages(message, results_in(bar), info)
         if not info.active:  # stopped while its tools ran: folded, and nothing to continue

@@ -73,6 +73,19 @@ async def test_the_end_of_a_call_leaves_at_once_even_split_across_deltas(r) -> N
     assert (await _chunks(r, "e1"))[-1].text == "\nok"
 
 
+async def test_the_end_of_a_call_is_seen_when_its_first_half_made_the_turn_due(r) -> None:
+    w = ChunkWriter(r, n=4, ms=SLOW_TICK_MS)
+    tc = w.open(keys.tokens("e2"), keys.session("e2"), turn=0, attempt=1, ends=call_ends("hermes"))
+    w.add(tc, "<tool_call>", 1)
+    await asyncio.sleep(0.05)
+    w.add(tc, "ab", 3)
+    w.add(tc, "</tool_", 1)  # four tokens buffered: due anyway, and the half marker is remembered
+    await asyncio.sleep(0.05)
+    w.add(tc, "call>", 1)  # completes it: at once, not at the clock
+    await asyncio.sleep(0.05)
+    assert [c.text for c in await _chunks(r, "e2")] == ["<tool_call>", "ab</tool_", "call>"]
+
+
 def test_every_format_but_mistral_names_the_text_that_ends_its_calls() -> None:
     """mistral's calls end with the turn (which sends everything); the others' ends leave at once."""
     assert call_ends("hermes") == ("</tool_call>",)

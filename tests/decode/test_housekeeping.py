@@ -146,5 +146,5 @@ async def test_the_sweep_reads_the_waiting_turns_not_the_generating_sessions(r) 
     await r.config_resetstat()
     await Housekeeping(CFG, r, "d1", turns).sweep()
     stats = await r.info("commandstats")
-    assert sum(s["calls"] for s in stats.values()) < 10, stats
+    assert sum(s["calls"] for s in stats.values()) < 15, stats  # not two per session: 600
     assert sorted(m for m, _ in await turns.barrier.waiting()) == [b"w:0", b"young:0"]  # an expired one left

@@ -221,6 +221,22 @@ async def test_a_turn_end_is_recorded_when_the_server_lost_its_scripts(r) -> Non
     assert [m for m, _ in await b.waiting()] == [b"s:0"]
 
 
+async def test_a_turn_end_is_answered_even_when_its_index_write_fails(r, caplog) -> None:
+    b = Barrier(r)
+    await r.set(keys.WAITING_TURNS, "not a sorted set")  # every ZADD on it fails (WRONGTYPE)
+    assert await b.turn_end("s", 0, 0) == Arrival.COMPLETED  # the completer is told: it continues the turn
+    assert "not indexed for the sweep" in caplog.text
+
+
+async def test_the_sweep_keeps_a_turn_indexed_again_since_it_read_it(r) -> None:
+    b = Barrier(r)
+    await r.zadd(keys.WAITING_TURNS, {"old:0": 100.0, "again:0": 100.0})
+    [(_, old), (_, read)] = sorted(await b.waiting())
+    await b.turn_end("again", 0, 1)  # its end comes again between the sweep's read and its removal
+    await b.forget_unchanged([(b"again:0", read), (b"old:0", old)])
+    assert [m for m, _ in await b.waiting()] == [b"again:0"]
+
+
 # --------------------------------------------------------------------------- Redis Cluster
 async def test_every_script_touches_one_slot(r, monkeypatch) -> None:
     """No script crosses slots: each EVALSHA's KEYS share one hash slot (DESIGN §2)."""

@@ -159,7 +159,8 @@ class ChunkWriter:
         tc.text.append(text)
         tc.tokens += n_tokens
         self.dirty[tc] = None
-        if tc.first or tc.tokens >= self.n or (tc.ends and self._ends_call(tc, text)):
+        ended = bool(tc.ends) and self._ends_call(tc, text)  # always: it keeps the tail a marker may span
+        if tc.first or tc.tokens >= self.n or ended:
             tc.due = self.urgent = True
         self._schedule()
 

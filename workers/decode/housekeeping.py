@@ -116,10 +116,15 @@ class Housekeeping:
         turns = [keys.waiting_turn_of(member) for member, _ in waiting]
         states = await barrier.states(turns)
         now = time.time()
-        done: list[bytes] = []
+        done: list[bytes] = []  # continued: ``sent`` is final
+        gone: list[tuple[bytes, float]] = []  # expired, unless its turn end comes again meanwhile
         for (member, indexed), (sid, turn), state in zip(waiting, turns, states, strict=True):
-            if b"sent" in state or (not state and now - indexed > GONE_S):  # continued, or expired
+            if b"sent" in state:
                 done.append(member)
+                continue
+            if not state:
+                if now - indexed > GONE_S:
+                    gone.append((member, indexed))
                 continue
             timeout_s = self.cfg.client_tool_timeout_s
             if overdue := overdue_calls(state, now, timeout_s):
@@ -128,3 +133,4 @@ class Housekeeping:
                 log.info("sid=%s turn=%d sweep: completed turn was never continued", sid, turn)
                 await self.turns.complete(sid, turn)
         await barrier.forget(*done)
+        await barrier.forget_unchanged(gone)
