@@ -21,7 +21,7 @@ stream and its record, all tagged ``{sid}``; ``send_continuation`` and the clien
 are plain commands.
 
 The sweep's index (``keys.WAITING_TURNS``, a global key): a turn joins it when its end is recorded
-(``turn_end``, same round trip, just before) and leaves it when the sweep reads its barrier
+(``turn_end``, in the same round trip as the script) and leaves it when the sweep reads its barrier
 ``sent`` (or long gone), or when its session is stopped (``Turns``).  So a sweep pass reads the
 turns waiting for results or for their continuation, not every session that is generating.
 """
@@ -120,8 +120,11 @@ class Barrier:
 
     async def turn_end(self, sid: str, turn: int, n_calls: int) -> Arrival:
         """Record that turn ``turn`` produced ``n_calls`` calls awaiting results, indexing the turn for
-        the sweep (``keys.WAITING_TURNS``) just before, in the same round trip: from then until its
-        barrier says ``sent``, a completer that dies before sending the continuation is covered."""
+        the sweep (``keys.WAITING_TURNS``) in the same round trip (on one server just before the
+        script; on a cluster the two nodes' commands leave side by side): from then until its barrier
+        says ``sent``, a completer that dies before sending the continuation is covered.  A parser that
+        dies before both were written leaves its parse job unacknowledged: the parser that takes it
+        over records the turn's end again, and indexes it again."""
         run = self._run(sid, turn, "end", n_calls)
         pipe = self.r.pipeline(transaction=False)  # the index is a global key: another slot
         pipe.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
