@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
 import pytest
 
 from engine_harness import checkpoint, continue_with_tool, request
-from workers.decode.native.config import EngineConfig
+from runtime.config import ConfigError
+from workers.decode.native.config import EngineConfig, cpu_threads
 from workers.decode.engine import Engine, GenerateDelta
 from workers.decode.errors import EngineError, PromptError, RequestTooLarge
 from workers.decode.native.engine import NativeEngine
@@ -47,6 +49,21 @@ async def test_concurrent_requests_stream_and_match_sequential_runs() -> None:
         await _until(lambda: engine.stats()["running"] == 0)
     finally:
         await engine.stop()
+
+
+async def test_the_engine_steps_on_the_cpu_threads_it_was_given_or_on_all_cores_but_one() -> None:
+    for threads, expected in ((1, 1), (0, cpu_threads(0))):
+        engine = NativeEngine(_config(threads=threads))
+        await engine.start()
+        try:
+            await _collect(engine, request("r", "s", "hello", max_tokens=2))
+            assert engine.stats()["threads"] == expected
+        finally:
+            await engine.stop()
+    assert cpu_threads(3) == 3
+    assert cpu_threads(0) == max(1, len(os.sched_getaffinity(0)) - 1)
+    with pytest.raises(ConfigError, match="threads"):
+        _config(threads=-1)
 
 
 async def test_pin_release_and_idle_expiry() -> None:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from workers.decode.native.config import EngineConfig
+from workers.decode.native.config import EngineConfig, cpu_threads
 from workers.decode.native.core import EngineCore
 from workers.decode.engine import GenerateDelta, GenerateRequest
 from workers.decode.errors import EngineError
@@ -59,10 +59,12 @@ class NativeEngine:
         loop = asyncio.get_running_loop()
         self.core = await loop.run_in_executor(None, EngineCore, self.config, self.clock)
         deliver = lambda outputs: loop.call_soon_threadsafe(self._put, outputs)  # noqa: E731
-        self._thread = _EngineThread(self.core, self._inbox, deliver, self.clock)
+        threads = cpu_threads(self.config.threads)
+        self._thread = _EngineThread(self.core, self._inbox, deliver, self.clock, threads)
         self._thread.start()
-        log.info("native engine up: %s on %s (%s, %s), %d blocks of %d tokens", self.model, self.config.device,
-                 self.core.dtype, self.core.dtype_reason, self.config.num_blocks, self.config.block_size)
+        log.info("native engine up: %s on %s (%s, %s), %d blocks of %d tokens, %d CPU threads", self.model,
+                 self.config.device, self.core.dtype, self.core.dtype_reason, self.config.num_blocks,
+                 self.config.block_size, threads)
 
     async def stop(self) -> None:
         if self._thread is None:
@@ -114,7 +116,9 @@ class NativeEngine:
         self._inbox.put(("spill",))
 
     def stats(self) -> dict[str, Any]:
-        return self.core.stats() if self.core is not None else {"running": 0, "waiting": 0}
+        if self.core is None:
+            return {"running": 0, "waiting": 0}
+        return dict(self.core.stats(), threads=self._thread.threads if self._thread else 0)
 
     def _put(self, outputs: Outputs) -> None:
         """On the event loop: hand each output to its request's stream (gone streams are ignored)."""
@@ -128,11 +132,17 @@ class _EngineThread(threading.Thread):
     """Owns the core: drains commands, steps while there is work, sleeps until a command or a deadline."""
 
     def __init__(self, core: EngineCore, inbox: queue.SimpleQueue[tuple[Any, ...]],
-                 deliver: Callable[[Outputs], Any], clock: Callable[[], float]) -> None:
+                 deliver: Callable[[Outputs], Any], clock: Callable[[], float], threads: int) -> None:
         super().__init__(name="native-engine", daemon=True)
         self.core, self.inbox, self.deliver, self.clock = core, inbox, deliver, clock
+        self.want_threads = threads
+        self.threads = 0  # torch's CPU threads as this thread steps with them (stats)
 
     def run(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.want_threads)  # set in the thread that runs the steps
+        self.threads = torch.get_num_threads()
         while self._drain(block=not self.core.has_work()):
             if self.core.has_work():
                 self._step()  # scheduling expires pins too
