@@ -74,4 +74,6 @@ def cpu_threads(threads: int) -> int:
     0.72-0.85x vLLM's throughput with two, 0.29-0.30 ms and 1.08-1.17x with one)."""
     if threads:
         return threads
-    return max(1, len(os.sched_getaffinity(0)) - 1)
+    affinity = getattr(os, "sched_getaffinity", None)  # not on macOS
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    return max(1, cores - 1)
