@@ -81,9 +81,11 @@ class Config:
                              "their text as content either way)", "decode")
     coalesce_tokens: int = opt(4, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
                                   "next write round) when it has this many", "decode")
-    coalesce_ms: float = opt(60.0, "token-log chunking: at most this long between the decoder's write rounds that "
-                                   "take every turn's buffered tokens (one clock for every turn, each round one round "
-                                   "trip; a turn's first token and the end of a call go at once)", "decode")
+    coalesce_ms: float = opt(60.0, "token-log chunking: the longest a turn's buffered token waits for the decoder's "
+                                   "write round (unless one is in flight); it leaves with the last engine step "
+                                   "before, after which waiting for the turn's next token would pass this (each "
+                                   "round one round trip for every turn due; a turn's first token and the end of a "
+                                   "call go at once)", "decode")
     heartbeat_ms: int = opt(1000, "how often a worker reports it is alive", *WORKERS)
     heartbeat_ttl_ms: int = opt(3000, "a worker silent this long is dead", *WORKERS)
     pin_default_s: float = opt(5.0, "KV pin deadline before a tool's duration is known", "decode")

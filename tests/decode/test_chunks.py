@@ -1,6 +1,7 @@
-"""The decoder's chunk writer: a turn's first token at once, later ones per round (one clock for every
-turn), every turn's chunks of a step in one round trip, merging while a round is in flight, riding
-through an outage, and the cancel check in the same round trip."""
+"""The decoder's chunk writer: a turn's first token at once, later ones with the last engine step
+before the oldest is ``ms`` old (or at ``ms``), every turn's chunks of a step in one round trip,
+merging while a round is in flight, riding through an outage, and the cancel check in the same round
+trip."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ async def test_a_step_of_many_turns_leaves_in_one_round_trip(r) -> None:
         assert [(c.seq, c.text) for c in await _chunks(r, f"m{i}")] == [(0, "t0"), (1, "t1"), (2, "t2")]
 
 
-async def test_a_turn_that_is_due_leaves_alone_and_the_others_wait_for_the_clock(r) -> None:
+async def test_a_turn_that_is_due_leaves_alone_and_the_others_wait_for_their_time(r) -> None:
     w = ChunkWriter(r, n=2, ms=300.0)
     a, b = _open(w, "due-a"), _open(w, "due-b")
     w.add(a, "a0", 1)
@@ -121,10 +122,66 @@ async def test_a_turn_that_is_due_leaves_alone_and_the_others_wait_for_the_clock
     assert [c.text for c in await _chunks(r, "due-a")] == ["a0", "a1a2"]
     assert [c.text for c in await _chunks(r, "due-b")] == ["b0"]  # not taken early by a's round
     w.add(a, "a3", 1)
-    await asyncio.sleep(0.4)  # the clock's round: every buffered turn
+    await asyncio.sleep(0.4)  # b1's 300 ms: a round, and a3 (50 ms younger, within 300/4) goes with it
     assert [c.text for c in await _chunks(r, "due-b")] == ["b0", "b1"]
     assert [c.text for c in await _chunks(r, "due-a")] == ["a0", "a1a2", "a3"]
     assert w.rounds == 3
+
+
+class StepClock:
+    """The writer's clock, moved by hand: an engine's steps at chosen times.  Its seconds stand for
+    milliseconds, so that no timer of the writer's (a minute or more of real time) fires in a test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def step(self, w: ChunkWriter, ms: float) -> None:
+        """Let the round this step started finish, then move the clock."""
+        for _ in range(2000):
+            await asyncio.sleep(0.001)
+            if not w.busy and not w._kicked:
+                break
+        self.now += ms
+
+
+async def test_a_turn_leaves_with_the_step_after_which_its_next_delta_would_be_late(r) -> None:
+    clock = StepClock()
+    w = ChunkWriter(r, n=100, ms=100_000.0, clock=clock)
+    tc = _open(w, "step")
+    for i in range(4):  # a delta every 40 ms: the third after the first chunk would be 120 ms old at the next
+        w.add(tc, f"t{i}", 1)
+        await clock.step(w, 40)
+    assert [c.text for c in await _chunks(r, "step")] == ["t0", "t1t2t3"]  # at 80 ms, not at 100 (no step then)
+    assert w.rounds == 2
+
+
+async def test_the_turns_of_one_step_leave_in_phases(r) -> None:
+    """A step every 50 ms and 60 ms to wait: each turn's chunk carries two steps' tokens, and a turn that
+    started a step later leaves in the other steps' rounds (not every turn in one round)."""
+    clock = StepClock()
+    w = ChunkWriter(r, n=100, ms=60_000.0, clock=clock)
+    a, b = _open(w, "ph-a"), _open(w, "ph-b")
+    for step in range(5):
+        w.add(a, f"a{step}", 1)
+        if step:
+            w.add(b, f"b{step - 1}", 1)
+        await clock.step(w, 50)
+    assert [c.text for c in await _chunks(r, "ph-a")] == ["a0", "a1a2", "a3a4"]
+    assert [c.text for c in await _chunks(r, "ph-b")] == ["b0", "b1b2"]
+    assert w.rounds == 5  # one turn per round
+
+
+async def test_a_slow_turns_every_delta_leaves_at_once(r) -> None:
+    clock = StepClock()
+    w = ChunkWriter(r, n=100, ms=60_000.0, clock=clock)
+    tc = _open(w, "slow")
+    for i in range(3):  # 80 ms apart: waiting for the next could only be late
+        w.add(tc, f"t{i}", 1)
+        await clock.step(w, 80)
+    assert [c.text for c in await _chunks(r, "slow")] == ["t0", "t1", "t2"]
 
 
 async def test_a_due_turn_that_closed_leaves_no_empty_round(r) -> None:

@@ -3,8 +3,9 @@
     engine step: deltas of many turns ──> TurnChunks.add (no await) ──> ChunkWriter round:
                                                                           XADD each due turn's buffered text
       a turn's first token: due at once (a round at this loop iteration's (+ HMGET status, turn where that
-      end); later tokens: every turn's are due every ``ms`` (one clock),  turn's abort check is due),
-      a turn's own at once when it buffered ``n`` tokens or a call's end  ONE pipelined round trip
+      end); later tokens: due when the turn's oldest buffered token would turn's abort check is due),
+      be ``ms`` old before its next delta came, or at ``ms`` (a timer),    ONE pipelined round trip
+      or at once when it buffered ``n`` tokens or a call's end
 
 Contracts:
 
@@ -13,13 +14,18 @@ Contracts:
   made for every session leaves in one pipeline.  One round is in flight at a time: what arrives
   meanwhile merges per turn into its next chunk (the writer coalesces while redis lags).
 * **Sized by step and time, not per token.**  After a turn's first chunk (which leaves at once:
-  time to first token is never traded), a turn's text waits for the clock: every turn's buffered
-  text leaves in the round at most ``ms`` after the previous clocked round began.  A turn leaves
-  sooner, alone or with the others due then, when it buffered ``n`` tokens or the text that may
-  end one of its calls (``ends``: its format's close markers, so that a tool never waits for the
-  clock to start), or is flushed.  What one turn makes due never takes the others' text early: a
-  busy decoder (a new turn's first token every few steps) still writes every turn in chunks of
-  the clock's size, not of the interval between two turns' starts.
+  time to first token is never traded), a turn's text waits at most ``ms`` from its oldest
+  buffered token (unless a round is in flight: then it goes in the next), and leaves with the last
+  engine step before that: the step after which waiting for the turn's next delta (expected one
+  inter-delta gap later) would pass ``ms``.  A batching engine's steps carry the rounds, so a token does not wait for a clock out of
+  step with the engine (on average half a step, not half of ``ms``), and the turns of one step split
+  into as many phases as ``ms`` holds steps (each round carries those turns, not every turn at
+  once).  A timer sends a turn whose deltas stopped coming at ``ms``, with every turn within
+  ``ms``/4 of its own.  A turn leaves sooner when it buffered ``n`` tokens or the text that may end
+  one of its calls (``ends``: its format's close markers, so that a tool never waits to start), or
+  is flushed.  What one turn makes due never takes the others' text early: a busy decoder (a new
+  turn's first token every few steps) still writes every turn in chunks of ``ms``'s size, not of
+  the interval between two turns' starts (about ``ms`` less one step).
 * **In order, exactly once downstream.**  A turn's chunks carry consecutive ``seq`` and leave in
   order.  A round that fails because redis is unreachable is sent again, whole, every
   ``bus.RETRY_S`` for up to ``outage_s``; an XADD whose reply was lost is appended twice and the
@@ -49,6 +55,9 @@ from schemas.events import TokenChunk
 from workers.decode.engine import Engine, GenerateRequest
 
 log = logging.getLogger(__name__)
+
+EARLY_S = 0.002  # a deadline this close counts as reached: uvloop's timers round to the millisecond and may
+# fire up to one early, and re-arming for the rest would spin the loop until it passed
 
 
 class AbortCheck:
@@ -89,8 +98,8 @@ class AbortCheck:
 class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
-    __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "head", "keep", "pending", "seq",
-                 "session_key", "since", "stream", "tail", "text", "tokens", "turn", "waiters")
+    __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "gap", "head", "keep", "last", "oldest",
+                 "pending", "seq", "session_key", "since", "stream", "tail", "text", "tokens", "turn", "waiters")
 
     def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None,
                  ends: tuple[str, ...] = ()) -> None:
@@ -101,9 +110,13 @@ class TurnChunks:
         self.text: list[str] = []  # buffered, not yet taken into a round
         self.tokens = 0
         self.since = 0.0  # wall-clock time the oldest buffered delta was taken from the engine
+        self.oldest = 0.0  # the same on the writer's clock (its deadline is ``oldest`` + ``ms``)
+        self.last = 0.0  # the writer's clock at the latest delta
+        self.gap = 0.0  # the interval between the latest two deltas (when the next one is expected)
         self.seq = 0  # chunks taken into rounds so far (the next chunk's seq)
         self.first = True  # no chunk taken yet: the next round is due at once
-        self.due = False  # its buffer goes in the next round, clock or not (n tokens, a call's end, a flush)
+        self.due = False  # its buffer goes in the next round (its first token, n tokens, a call's end, its next
+        # delta would come past its deadline, a flush)
         self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
         self.error: BaseException | None = None  # a round of this turn failed for good
         self.waiters: list[asyncio.Future] = []  # ``flush`` callers
@@ -132,13 +145,12 @@ class ChunkWriter:
     """The decoder's token-log writer: every turn's chunks, one pipelined round trip per round."""
 
     def __init__(self, r: aioredis.Redis, n: int, ms: float, outage_s: float = bus.OUTAGE_S,
-                 maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> None:
+                 maxlen: int = bus.TOKEN_STREAM_MAXLEN, clock: Callable[[], float] = time.monotonic) -> None:
         self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
-        self.maxlen = maxlen
-        self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, in arrival order
-        self.urgent = False  # some turn is due (a first chunk, a full buffer, a call's end, a flush): a round now
+        self.maxlen, self.clock = maxlen, clock  # ``clock``: seconds, for the turns' deltas and deadlines
+        self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, oldest buffered delta first
+        self.urgent = False  # some turn is due (``TurnChunks.due``): a round now
         self.busy = False  # a round trip is in flight
-        self.last_clock = 0.0  # loop time the last round that took every turn began
         self.rounds = 0  # round trips that carried chunks (tests, stats)
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
@@ -154,13 +166,17 @@ class ChunkWriter:
             raise tc.error
         if not text and not n_tokens:
             return
-        if not tc.tokens and not tc.text:
-            tc.since = time.time()
+        now = self.clock()
+        if tc.last:
+            tc.gap = now - tc.last
+        tc.last = now
+        if not tc.tokens and not tc.text:  # joins ``dirty`` last, with the latest ``oldest``
+            tc.since, tc.oldest = time.time(), now
         tc.text.append(text)
         tc.tokens += n_tokens
         self.dirty[tc] = None
         ended = bool(tc.ends) and self._ends_call(tc, text)  # always: it keeps the tail a marker may span
-        if tc.first or tc.tokens >= self.n or ended:
+        if tc.first or tc.tokens >= self.n or ended or now - tc.oldest + tc.gap >= self.s:
             tc.due = self.urgent = True
         self._schedule()
 
@@ -197,12 +213,13 @@ class ChunkWriter:
         if self.busy or not self.dirty:
             return
         loop = asyncio.get_running_loop()
-        if self.urgent or loop.time() >= self.last_clock + self.s:
+        wait = next(iter(self.dirty)).oldest + self.s - self.clock()  # until the oldest buffered delta's deadline
+        if self.urgent or wait <= EARLY_S:
             if not self._kicked:  # after every callback already queued: the rest of this step's turns
                 self._kicked = True
                 loop.call_soon(self._start)
         elif self._timer is None:
-            self._timer = loop.call_at(self.last_clock + self.s, self._on_timer)
+            self._timer = loop.call_later(wait, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -216,7 +233,7 @@ class ChunkWriter:
         if self.busy or not self.dirty:
             return
         batch = self._take()
-        if not batch:  # the turn that was due has closed since: the others wait for the clock
+        if not batch:  # the turn that was due has closed since: the others wait for their time
             self._schedule()
             return
         self.busy = True
@@ -225,15 +242,15 @@ class ChunkWriter:
         task.add_done_callback(self._tasks.discard)
 
     def _take(self) -> list[tuple[TurnChunks, tuple, bool, Any]]:
-        """The chunks of the turns due (every buffered turn's when the clock is), encoded; their buffers empty."""
-        now, loop_now = time.monotonic(), asyncio.get_running_loop().time()
-        clock = loop_now >= self.last_clock + self.s
-        if clock:
-            self.last_clock = loop_now
+        """The chunks of the turns due (and of those whose oldest delta is, or is within ``ms``/4 of, ``ms``
+        old, when one is), encoded; their buffers empty."""
+        now, clock = time.monotonic(), self.clock()
+        timed = clock + EARLY_S >= next(iter(self.dirty)).oldest + self.s  # as ``_schedule`` decides
+        near = clock - self.s + (max(self.s / 4, EARLY_S) if timed else 0.0)  # one whose oldest is older goes too
         self.urgent = False
         batch, left = [], {}
         for tc in self.dirty:
-            if not (clock or tc.due):
+            if not (tc.due or tc.oldest <= near):
                 left[tc] = None
                 continue
             data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text="".join(tc.text),
