@@ -127,7 +127,7 @@ class Barrier:
         over records the turn's end again, and indexes it again."""
         run = self._run(sid, turn, "end", n_calls)
         pipe = self.r.pipeline(transaction=False)  # the index is a global key: another slot
-        pipe.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
+        _index(pipe, sid, turn)
         run(pipe)
         indexed, arrival = await pipe.execute(raise_on_error=False)
         if isinstance(arrival, NoScriptError):  # the server lost its scripts: loaded and run again
@@ -140,7 +140,7 @@ class Barrier:
 
     async def _index_again(self, sid: str, turn: int, exc: Exception) -> None:
         try:
-            await self.r.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
+            await _index(self.r, sid, turn)
         except Exception as again:  # the completer continues the turn; only its death is not covered
             log.warning("sid=%s turn=%d not indexed for the sweep: %s; %s", sid, turn, exc, again)
 
@@ -225,6 +225,11 @@ class Barrier:
         done, sent = await self.r.hmget(keys.barrier(sid, turn), "done", "sent")
         return unsent_in({b"done": done, b"sent": sent}, time.time(), older_than_s)
 
+
+
+def _index(target: Any, sid: str, turn: int) -> Any:
+    """Index turn ``turn`` for the sweep (``keys.WAITING_TURNS``), on a client (awaitable) or a pipeline."""
+    return target.zadd(keys.WAITING_TURNS, {keys.waiting_turn(sid, turn): time.time()})
 
 
 def results_in(h: dict[bytes, bytes]) -> list[dict[str, Any]]:
