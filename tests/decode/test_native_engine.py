@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 
@@ -11,6 +10,7 @@ import pytest
 
 from engine_harness import checkpoint, continue_with_tool, request
 from runtime.config import ConfigError
+from runtime.cpu import usable_cores
 from workers.decode.native.config import EngineConfig, cpu_threads
 from workers.decode.engine import Engine, GenerateDelta
 from workers.decode.errors import EngineError, PromptError, RequestTooLarge
@@ -61,7 +61,7 @@ async def test_the_engine_steps_on_the_cpu_threads_it_was_given_or_on_all_cores_
         finally:
             await engine.stop()
     assert cpu_threads(3) == 3
-    assert cpu_threads(0) == max(1, len(os.sched_getaffinity(0)) - 1)
+    assert cpu_threads(0) == max(1, usable_cores() - 1)
     with pytest.raises(ConfigError, match="threads"):
         _config(threads=-1)
 

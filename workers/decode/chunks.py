@@ -213,13 +213,17 @@ class ChunkWriter:
         if self.busy or not self.dirty:
             return
         loop = asyncio.get_running_loop()
-        wait = next(iter(self.dirty)).oldest + self.s - self.clock()  # until the oldest buffered delta's deadline
+        wait = self._wait(self.clock())
         if self.urgent or wait <= EARLY_S:
             if not self._kicked:  # after every callback already queued: the rest of this step's turns
                 self._kicked = True
                 loop.call_soon(self._start)
         elif self._timer is None:
             self._timer = loop.call_later(wait, self._on_timer)
+
+    def _wait(self, clock: float) -> float:
+        """Seconds until the deadline of the oldest buffered delta (``dirty``'s first turn's)."""
+        return next(iter(self.dirty)).oldest + self.s - clock
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -245,7 +249,7 @@ class ChunkWriter:
         """The chunks of the turns due (and of those whose oldest delta is, or is within ``ms``/4 of, ``ms``
         old, when one is), encoded; their buffers empty."""
         now, clock = time.monotonic(), self.clock()
-        timed = clock + EARLY_S >= next(iter(self.dirty)).oldest + self.s  # as ``_schedule`` decides
+        timed = self._wait(clock) <= EARLY_S  # as ``_schedule`` decides
         near = clock - self.s + (max(self.s / 4, EARLY_S) if timed else 0.0)  # one whose oldest is older goes too
         self.urgent = False
         batch, left = [], {}

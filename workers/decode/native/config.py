@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields
 from typing import Any
 
 from runtime.config import ConfigError
+from runtime.cpu import usable_cores
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -69,11 +69,7 @@ def _require(ok: bool, key: str, value: Any, expected: str) -> None:
 
 def cpu_threads(threads: int) -> int:
     """Torch's CPU threads for the engine: ``threads``, or when 0 one fewer than the cores this process
-    may run on (at least one).  The gateway, the parser and Redis run beside the engine: on two cores,
+    may use (``runtime.cpu.usable_cores``: its affinity, a container's CPU quota; at least one).  The gateway, the parser and Redis run beside the engine: on two cores,
     two torch threads spin against them (``bench serve`` at 32: 0.37 ms of decoder CPU per token and
     0.72-0.85x vLLM's throughput with two, 0.29-0.30 ms and 1.08-1.17x with one)."""
-    if threads:
-        return threads
-    affinity = getattr(os, "sched_getaffinity", None)  # not on macOS
-    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
-    return max(1, cores - 1)
+    return threads or max(1, usable_cores() - 1)
