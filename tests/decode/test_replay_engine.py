@@ -72,6 +72,21 @@ async def test_a_script_that_breaks_the_requests_grammar_is_refused(params: dict
         await _text(ReplayEngine(MODEL, rate=10_000), _constrained(params, tools, script))
 
 
+async def test_each_script_and_constraint_is_checked_once_and_refused_every_time() -> None:
+    engine = ReplayEngine(MODEL, rate=10_000)
+    checks = []
+    check = engine._violation
+    engine._violation = lambda req, text: checks.append(text) or check(req, text)  # type: ignore[method-assign]
+    bad = CALL.replace('"UTC"', "3")
+    for _ in range(3):
+        assert await _text(engine, _constrained({}, [TIME], CALL)) == CALL
+        with pytest.raises(ReplayEngineError, match="breaks the request's grammar"):
+            await _text(engine, _constrained({}, [TIME], bad))
+    assert checks == [CALL, bad]  # the repeats took the first verdict
+    cut = await _text(engine, _constrained({"tool_choice": "required"}, [TIME], CALL, max_tokens=5))
+    assert CALL.startswith(cut) and len(checks) == 3  # another constraint and limit: checked anew
+
+
 def _plain(rid: str, text: str) -> GenerateRequest:
     return GenerateRequest(rid=rid, session=rid, messages=[{"role": "user", "content": "go"}],
                            params=SamplingParams.from_dict({"max_tokens": 500}), metadata={"replay": [text]})

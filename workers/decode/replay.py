@@ -7,7 +7,9 @@ fixed rate.  It lets the pipeline, the benchmarks and the tests run without mode
 
 A request's ``constraint`` is checked like a model's grammar would hold it: a script whose text
 breaks it (a call no tool offers, arguments off their schema, a call when none may begin) is
-refused with ``ReplayEngineError`` instead of being streamed.
+refused with ``ReplayEngineError`` instead of being streamed.  A script's templates are compiled
+once and each (constraint, text) is checked once (``CACHED`` of each kept): what the double does
+for a turn is not the pipeline's cost, and the benchmarks run hundreds of identical turns at once.
 
 Two ways to pace the tokens (``mode``):
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +41,7 @@ from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import GenerateDelta, GenerateRequest
 
 NO_SCRIPT = "I have no scripted reply for this turn."
+CACHED = 256  # compiled templates and grammar verdicts kept (least recently used out)
 
 # The default script: one turn with two parallel calls, then an answer from their results.
 DEMO_SCRIPT = [
@@ -140,6 +144,8 @@ class ReplayEngine:
         self._stepper: asyncio.Task | None = None
         self.tokens_out = 0
         self._grammars: GrammarCompiler | None = None
+        self._templates: OrderedDict[str, jinja2.Template] = OrderedDict()
+        self._verdicts: OrderedDict[tuple[str, str, int], str | None] = OrderedDict()
         self.steps = 0
         self.cpu_s = 0.0  # CPU time spent making completions (render, tokenize, detokenize): the engine's own
 
@@ -159,7 +165,7 @@ class ReplayEngine:
             return NO_SCRIPT
         user = next((str(m.get("content", "")) for m in reversed(req.messages) if m.get("role") == "user"), "")
         try:
-            text = self._env.from_string(script[turn]).render(
+            text = self._template(script[turn]).render(
                 results=_trailing_tool_results(req.messages), user=user, turn=turn,
                 tools=[(t.get("function") or t).get("name") for t in req.tools or ()])
         except jinja2.TemplateError as exc:
@@ -170,19 +176,39 @@ class ReplayEngine:
         self._check_grammar(req, text, turn)
         return text[len(req.params.prefill):]
 
+    def _template(self, source: str) -> jinja2.Template:
+        """``source`` compiled (once while it stays among the ``CACHED`` last used)."""
+        template = self._templates.get(source)
+        if template is None:
+            template = self._templates[source] = self._env.from_string(source)
+            if len(self._templates) > CACHED:
+                self._templates.popitem(last=False)
+        self._templates.move_to_end(source)
+        return template
+
     def _check_grammar(self, req: GenerateRequest, text: str, turn: int) -> None:
         """Refuse a scripted turn that the request's constraint would not let a model write."""
         if req.constraint is None:
             return
+        key = (req.constraint.key(), req.params.prefill + "\0" + text, req.params.max_tokens)
+        if key in self._verdicts:
+            why = self._verdicts[key]
+            self._verdicts.move_to_end(key)
+        else:
+            why = self._verdicts[key] = self._violation(req, text)
+            if len(self._verdicts) > CACHED:
+                self._verdicts.popitem(last=False)
+        if why is not None:
+            raise ReplayEngineError(f"replay script turn {turn} breaks the request's grammar "
+                                    f"({req.constraint.calls.value} calls, format {req.constraint.format}): {why}")
+
+    def _violation(self, req: GenerateRequest, text: str) -> str | None:
         if self._grammars is None:
             eos = self.tok.token_to_id("<|im_end|>")
             self._grammars = GrammarCompiler(self.tok.to_str(), [eos] if eos is not None else [])
         ids = self.tok.encode(text, add_special_tokens=False).ids
         limit = len(self.tok.encode(req.params.prefill, add_special_tokens=False).ids) + req.params.max_tokens
-        why = self._grammars.violation(req.constraint, ids[:limit], complete=len(ids) <= limit)  # a cut text: a prefix
-        if why is not None:
-            raise ReplayEngineError(f"replay script turn {turn} breaks the request's grammar "
-                                    f"({req.constraint.calls.value} calls, format {req.constraint.format}): {why}")
+        return self._grammars.violation(req.constraint, ids[:limit], complete=len(ids) <= limit)  # a cut text: a prefix
 
     def _run(self, req: GenerateRequest) -> _Run:
         t0 = time.thread_time()
