@@ -79,6 +79,10 @@ class Config:
     grammar_plain: str = opt("off", "requests without tools: on holds their text to no call markup (the model cannot "
                              "start a call); off decodes them freely, as other servers do (the parser returns "
                              "their text as content either way)", "decode")
+    plain_turns: str = opt("decoder", "a turn that cannot call a tool and whose text is all content (no tools, no "
+                           "reasoning parser, not harmony): decoder publishes its content events and ends it itself "
+                           "(no parser hop per token); parser sends it through a parser like every other turn",
+                           "decode")
     coalesce_tokens: int = opt(4, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
                                   "next write round) when it has this many", "decode")
     coalesce_ms: float = opt(60.0, "token-log chunking: the longest a turn's buffered token waits for the decoder's "
@@ -170,7 +174,8 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
             "reuse_port": {"on", "off"},
-            "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"}}
+            "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"},
+            "plain_turns": {"decoder", "parser"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",
              "max_request_bytes", "max_header_bytes", "max_messages", "max_tools", "max_turns_limit",
              "max_tokens_limit", "rate_limit_burst", "relay_queue_size", "replay_rate", "session_ttl_s", "reclaim_idle_ms", "block_ms",

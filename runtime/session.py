@@ -204,6 +204,11 @@ class SessionInfo:
     def active(self) -> bool:
         return self.status is Status.ACTIVE
 
+    @property
+    def may_call(self) -> bool:
+        """Whether a turn of this session may call a tool: it offers tools, or its client posts results."""
+        return bool(self.tools) or self.mode is SessionMode.LOOP
+
     def tool_names(self) -> set[str]:
         return {(t.get("function") or t).get("name", "") for t in self.tools}
 
@@ -448,8 +453,27 @@ class Sessions:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended.
         In the same script: ``entries`` (the turn's conversation entries) are appended once, whether
         or not the turn had ended, and when it ends here every key of the session gets ``ttl_s``."""
-        args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
-        args += [json.dumps(m) for m in entries or ()]
-        call = bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
+        call = self.end_once_call(sid, turn, data, status, maxlen, entries=entries, ttl_s=ttl_s)
         [ended] = await self._send(call)  # with a batcher: with what its caller sends beside it
         return bool(ended)
+
+    def end_once_call(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int, *,
+                      entries: list[dict[str, Any]] | None = None, ttl_s: int = 0) -> bus.ScriptCall:
+        """The script run of ``end_once``, for a caller that sends it in its own round trip."""
+        args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
+        args += [json.dumps(m) for m in entries or ()]
+        return bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
+
+    async def end_text_turn(self, sid: str, turn: int, attempt: int, message: dict[str, Any], last: bus.ScriptCall,
+                            ending: bus.ScriptCall, also: Callable[[Any], Any] | None = None) -> tuple[int, bool]:
+        """A turn whose decoder was its parse stage (``runtime.turns.text_only``) ends in ONE round trip:
+        the turn marked generated (as ``end_turn``), its message recorded, its last events published
+        (``last``: a ``publish_call``) and the session ended (``ending``: an ``end_once_call`` that folds
+        the message) -- in that order, so whoever sees an ending finds what precedes it -- then
+        ``also``.  Returns the publish's mark and whether the session ended here."""
+        data = json.dumps(message)
+        writes: list[Callable[[Any], Any]] = [
+            lambda p: p.hset(keys.session(sid), mapping={Field.done(turn): attempt, Field.message(turn): data}),
+            last, ending]
+        replies = await self._send(*writes, *([also] if also is not None else []))
+        return int(replies[1]), bool(replies[2])

@@ -3,6 +3,7 @@
     parser records asst:{T} ──> barrier completes T ──> complete(T): fold T, then
                                                           continue (ContinueTurn) | end
     parser: a turn without calls (or a oneshot turn) ──> end(T): fold T, publish session.ended
+    decoder: a text-only turn (``text_only``) ──> end_text(T): its message, turn.ended, fold, session.ended
 
 ``fold`` is the only writer of the conversation list (``ts:s:{sid}:msgs``): it appends a turn's
 assistant message -- recorded once by the parser, from the same parse the client saw -- and
@@ -35,6 +36,16 @@ from schemas.events import CancelTurn, ContinueTurn, ErrorEvent, Event, SessionE
 log = logging.getLogger(__name__)
 
 STOPS = ("cancelled", "error")  # endings that may come while the turn is still generated: its decoder is told
+TEXT_FORMATS_EXCEPT = ("harmony", "auto")  # formats whose text is not all content even without tools (harmony's
+# channels need its parser: ``workers.parser.make_parser``), or not known yet
+
+
+def text_only(tool_format: str, reasoning: str, info: SessionInfo) -> bool:
+    """Whether a turn's whole text is its content, so that parsing it is the identity: the session
+    offers no tools and takes no client results (``may_call``), no reasoning is separated, and the
+    format's text is content.  Such a turn's decoder publishes the parse stage's events itself
+    (``workers.decode.turn``); every other turn goes through a parser."""
+    return not info.may_call and not reasoning and tool_format not in TEXT_FORMATS_EXCEPT
 
 
 def turn_messages(message: dict[str, Any], results: list[dict[str, Any]], info: SessionInfo) -> list[dict[str, Any]]:
@@ -126,12 +137,29 @@ class Turns:
                        else await self._entries(sid, turn, info))
         return await self._end(sid, turn, reason, content, info, entries)
 
-    async def _end(self, sid: str, turn: int, reason: str, content: str, info: SessionInfo | None,
-                   entries: list[dict[str, Any]]) -> bool:
+    async def end_text(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any],
+                       last: bus.ScriptCall, info: SessionInfo, also: Any = None) -> bool:
+        """End a text-only turn (``text_only``) and its session in one round trip
+        (``Sessions.end_text_turn``): the turn generated, its ``message`` recorded, ``last`` (its
+        ``turn.ended``) published, the turn folded and ``session.ended`` published once.  False when
+        the session had ended already (a cancel came first)."""
+        ending = self.sessions.end_once_call(sid, turn, *self._ending(sid, turn, reason, message["content"]),
+                                             bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
+                                             ttl_s=self.ttl_s)
+        _, ended = await self.sessions.end_text_turn(sid, turn, attempt, message, last, ending, also=also)
+        return ended
+
+    @staticmethod
+    def _ending(sid: str, turn: int, reason: str, content: str) -> tuple[bytes, Status]:
+        """The ``session.ended`` event of an ending and the status it leaves."""
         ev = Event(sid=sid, turn=turn, attempt=0, seq=0, src="session", ts=time.time(),
                    body=SessionEnded(reason=reason, content=content))
-        status = Status.CANCELLED if reason == "cancelled" else Status.ENDED
-        if not await self.sessions.end_once(sid, turn, encode(ev), status, bus.EVENT_STREAM_MAXLEN,
+        return encode(ev), Status.CANCELLED if reason == "cancelled" else Status.ENDED
+
+    async def _end(self, sid: str, turn: int, reason: str, content: str, info: SessionInfo | None,
+                   entries: list[dict[str, Any]]) -> bool:
+        data, status = self._ending(sid, turn, reason, content)
+        if not await self.sessions.end_once(sid, turn, data, status, bus.EVENT_STREAM_MAXLEN,
                                             entries=entries, ttl_s=self.ttl_s):
             return False
         if reason in STOPS and (info is None or not info.oneshot):  # it may be waiting for results: not

@@ -54,6 +54,32 @@ async def test_the_first_token_leaves_at_once_and_later_ones_wait_for_the_round(
     assert before <= chunks[0].t_emit <= chunks[1].t_emit <= time.time()  # a chunk dates from its oldest delta
 
 
+async def test_a_turn_opened_with_make_writes_its_entries_with_text_only(r) -> None:
+    """A text-only turn's chunks are the entries ``make`` builds (its content events), seq 0, 1, ...
+    over the chunks written: a chunk with no text is not written, its lead goes alone."""
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    made: list[tuple[int, str]] = []
+
+    def make(seq: int, text: str, since: float) -> bytes:
+        made.append((seq, text))
+        return f"{seq}:{text}".encode()
+
+    tc = w.open("ev-m1", keys.session("m1"), turn=0, attempt=1, make=make, maxlen=1000)
+    w.lead(tc, lambda pipe: pipe.set("lead-m1", "1"))
+    w.add(tc, "", 1)  # the first delta ends inside a character: the lead goes, no entry
+    await _settled()
+    assert await r.get("lead-m1") == b"1" and await r.xlen("ev-m1") == 0
+    w.add(tc, "é", 1)  # still the first text: at once
+    await asyncio.sleep(0.05)
+    w.add(tc, "", 1)
+    await w.flush(tc)  # nothing but a token without text: nothing written, the flush returns
+    w.add(tc, "b", 1)
+    w.add(tc, "c", 1)
+    await w.flush(tc)
+    assert [f[bus.FIELD] for _, f in await r.xrange("ev-m1")] == ["0:é".encode(), b"1:bc"]
+    assert made == [(0, "é"), (1, "bc")] and tc.seq == 2
+
+
 async def test_the_end_of_a_call_leaves_at_once_even_split_across_deltas(r) -> None:
     w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
     tc = w.open(keys.tokens("e1"), keys.session("e1"), turn=0, attempt=1, ends=call_ends("hermes"))

@@ -36,6 +36,11 @@ Contracts:
   trip (the turn's ``turn.started``, so that its first token costs one round trip, not two): the
   command must be idempotent (a failed round is sent again, whole) and must not be able to fail
   without the chunk behind it (a script goes as EVAL, never EVALSHA); its error fails the turn.
+* **Token chunks or events.**  A turn's chunks are ``TokenChunk`` entries of its token log, for its
+  parser; a text-only turn (``runtime.turns.text_only``) opens with ``make``, which turns each
+  chunk into the parse stage's event for the session's event log instead (``workers.decode.turn``).
+  Such a turn writes no chunk without text (a delta that ended inside a character): its text goes
+  with the next one, its seq is not taken, and its ``lead`` goes alone.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from workers.decode.engine import Engine, GenerateRequest
 
 log = logging.getLogger(__name__)
 
+Make = Callable[[int, str, float], bytes]  # (seq, text, since) -> the stream entry of a chunk
 EARLY_S = 0.002  # a deadline this close counts as reached: uvloop's timers round to the millisecond and may
 # fire up to one early, and re-arming for the rest would spin the loop until it passed
 
@@ -98,12 +104,14 @@ class AbortCheck:
 class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
-    __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "gap", "head", "keep", "last", "oldest",
-                 "pending", "seq", "session_key", "since", "stream", "tail", "text", "tokens", "turn", "waiters")
+    __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "gap", "head", "keep", "last", "make", "maxlen",
+                 "oldest", "pending", "seq", "session_key", "since", "stream", "tail", "text", "tokens", "turn",
+                 "waiters")
 
     def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None,
-                 ends: tuple[str, ...] = ()) -> None:
+                 ends: tuple[str, ...] = (), make: Make | None = None, maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> None:
         self.stream, self.session_key, self.turn, self.attempt, self.abort = stream, session_key, turn, attempt, abort
+        self.make, self.maxlen = make, maxlen  # ``make``: a chunk's entry when it is not a ``TokenChunk``
         self.ends = ends  # text that may end a call: its arrival sends the turn's buffer at once
         self.keep = max(map(len, ends), default=1) - 1  # what ``tail`` keeps: a marker split across deltas
         self.tail = ""  # the end of the text added so far (``keep`` characters)
@@ -145,9 +153,9 @@ class ChunkWriter:
     """The decoder's token-log writer: every turn's chunks, one pipelined round trip per round."""
 
     def __init__(self, r: aioredis.Redis, n: int, ms: float, outage_s: float = bus.OUTAGE_S,
-                 maxlen: int = bus.TOKEN_STREAM_MAXLEN, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
-        self.maxlen, self.clock = maxlen, clock  # ``clock``: seconds, for the turns' deltas and deadlines
+        self.clock = clock  # seconds, for the turns' deltas and deadlines
         self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, oldest buffered delta first
         self.urgent = False  # some turn is due (``TurnChunks.due``): a round now
         self.busy = False  # a round trip is in flight
@@ -156,9 +164,12 @@ class ChunkWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
 
-    def open(self, stream: str, session_key: str, turn: int, attempt: int,
-             abort: AbortCheck | None = None, ends: tuple[str, ...] = ()) -> TurnChunks:
-        return TurnChunks(stream, session_key, turn, attempt, abort, ends)
+    def open(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None = None,
+             ends: tuple[str, ...] = (), make: Make | None = None,
+             maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> TurnChunks:
+        """A turn's side of the writer; with ``make``, its chunks are the entries ``make`` builds (see the
+        module doc), on a stream of at most ``maxlen`` entries."""
+        return TurnChunks(stream, session_key, turn, attempt, abort, ends, make, maxlen)
 
     def add(self, tc: TurnChunks, text: str, n_tokens: int) -> None:
         """Buffer a delta of ``tc`` for the next round; raises the turn's error if a round failed it."""
@@ -257,11 +268,21 @@ class ChunkWriter:
             if not (tc.due or tc.oldest <= near):
                 left[tc] = None
                 continue
-            data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text="".join(tc.text),
-                                     n_tokens=tc.tokens, t_emit=tc.since))
-            tc.seq, tc.text, tc.tokens, tc.first, tc.pending = tc.seq + 1, [], 0, False, tc.pending + 1
-            batch.append((tc, bus.xadd(tc.stream, data, self.maxlen),
-                          tc.abort is not None and tc.abort.due(now), tc.head))
+            text, xadd = "".join(tc.text), None
+            if tc.make is None:
+                data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text=text, n_tokens=tc.tokens,
+                                         t_emit=tc.since))
+                xadd = bus.xadd(tc.stream, data, tc.maxlen)
+            elif text:
+                xadd = bus.xadd(tc.stream, tc.make(tc.seq, text, tc.since), tc.maxlen)
+            elif tc.head is None:  # no text, nothing to lead: nothing to send
+                tc.text, tc.tokens, tc.due = [], 0, False
+                tc.settle()
+                continue
+            if xadd is not None:
+                tc.seq, tc.first = tc.seq + 1, False
+            tc.text, tc.tokens, tc.pending = [], 0, tc.pending + 1
+            batch.append((tc, xadd, tc.abort is not None and tc.abort.due(now), tc.head))
             tc.head, tc.due = None, False
         self.dirty = left
         return batch
@@ -279,12 +300,13 @@ class ChunkWriter:
             self.busy = False
             self._schedule()
 
-    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple, bool, Any]]) -> list[Any]:
+    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple | None, bool, Any]]) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
         for tc, xadd, check, head in batch:
             if head is not None:
                 head(pipe)
-            pipe.execute_command(*xadd)
+            if xadd is not None:
+                pipe.execute_command(*xadd)
             if check:
                 pipe.execute_command("HMGET", tc.session_key, "status", "turn")
         try:
@@ -296,10 +318,10 @@ class ChunkWriter:
 
     def _settle(self, batch: list[tuple[TurnChunks, tuple, bool, Any]], replies: list[Any]) -> None:
         it = iter(replies)
-        for tc, _, check, head in batch:
+        for tc, xadd, check, head in batch:
             tc.pending -= 1
             led = next(it) if head is not None else None
-            written = next(it)
+            written = next(it) if xadd is not None else None
             status = next(it) if check else None
             failed = next((x for x in (led, written) if isinstance(x, Exception)), None)
             if failed is not None:  # a server's answer to this turn's commands (not an outage)

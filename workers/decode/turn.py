@@ -6,7 +6,12 @@
                                                           a turn's TurnStarted goes just ahead of its first chunk)
 
 The decoder reads the conversation (``runtime.turns`` folds every turn into it before a
-continuation is sent) and never builds or parses messages itself.  A cancel aborts the turn at
+continuation is sent) and never builds or parses messages itself -- except a text-only turn's
+(``runtime.turns.text_only``: no tools, no client results, no reasoning, a format whose text is
+content), whose parse would be the identity: its decoder is its parse stage.  Its chunks go to the
+event log as the parse stage's ``content.delta`` events (src ``parser``, seq 1, 2, ...), and its end
+records its message, publishes its ``turn.ended`` and ends the session in one round trip
+(``Turns.end_text``): no parse job, no token log, no note back.  A cancel aborts the turn at
 once: its ending sends the decoder a ``CancelTurn`` note (``TurnContext.cancel``); the writer also
 checks, at most every ``AbortCheck.interval_s``, whether the session was cancelled
 (``workers.decode.chunks``), for an ending that sent no note or whose note was lost.
@@ -31,9 +36,11 @@ import redis.asyncio as aioredis
 from runtime import bus, routing
 from runtime.config import Config
 from runtime.session import Field, SessionInfo, Sessions
+from runtime.turns import Turns, text_only
 from schemas import keys
 from schemas.codec import encode
-from schemas.events import Event, ParseTurn, TokenEnd, TurnRestarted, TurnStarted
+from schemas.events import (ContentDelta, Event, ParseTurn, TokenEnd, TurnEnded, TurnParsed, TurnRestarted,
+                            TurnStarted)
 from workers.decode.chunks import AbortCheck, ChunkWriter, TurnChunks
 from workers.decode.constraints import turn_constraint
 from workers.decode.constraints.formats import call_ends
@@ -52,13 +59,17 @@ class TurnContext:
     r: aioredis.Redis
     me: str  # the decoder's worker id
     engine: Engine
-    sessions: Sessions
+    turns: Turns
     chunks: ChunkWriter  # every turn's token chunks of a step: one round trip
     kv: KvHolds
     tokens_out: int = 0  # generated tokens, counted by the turns (every engine alike)
     running: set[tuple[str, int]] = field(default_factory=set)  # (sid, turn) taken here, until its job is done
     aborts: dict[tuple[str, int], AbortCheck] = field(default_factory=dict)  # of the running turns generating
     cancelled: set[tuple[str, int]] = field(default_factory=set)  # running turns cancelled before generating
+
+    @property
+    def sessions(self) -> Sessions:
+        return self.turns.sessions
 
     async def cancel(self, sid: str, turn: int) -> bool:
         """Abort turn ``turn`` of ``sid`` if it is being generated here (a ``CancelTurn`` note); one
@@ -92,6 +103,7 @@ class TurnRun:
         self.started = False  # TurnStarted published (with the first delta)
         self.prefill = ""  # the forced start of the turn: it leads the first delta
         self.counted = False  # in the decoders' load (``routing.turn_started``) until its end's round trip
+        self.text_only = ctx.cfg.plain_turns == "decoder" and text_only(ctx.cfg.tool_format, ctx.cfg.reasoning, info)
 
     async def run(self) -> None:
         messages = self.messages if self.messages is not None else await self.ctx.sessions.messages(self.sid)
@@ -117,10 +129,11 @@ class TurnRun:
     async def _announce(self) -> None:
         """Queue the turn's parse job and route the conversation's next requests here, in one round
         trip (before the turn ends, so that a client's immediate follow-up already finds the route)."""
-        after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
-        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
         pipe = self.ctx.r.pipeline(transaction=False)
-        pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
+        if not self.text_only:
+            after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
+            job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
+            pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
         key = routing.conversation_key(self.req.messages, self.req.tools)
         routing.turn_started(pipe, self.ctx.cfg, key, self.ctx.me)
         await pipe.execute()
@@ -128,8 +141,12 @@ class TurnRun:
     async def _stream(self) -> None:
         gen = self.ctx.engine.generate(self.req).__aiter__()
         check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn)
-        chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
-                                    ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
+        if self.text_only:
+            chunks = self.ctx.chunks.open(keys.events(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
+                                          make=self._content, maxlen=bus.EVENT_STREAM_MAXLEN)
+        else:
+            chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
+                                          check, ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
         self.ctx.aborts[self.sid, self.turn] = check
         if (self.sid, self.turn) in self.ctx.cancelled:  # cancelled while it started: check with the first chunk
             check.next_at = 0.0
@@ -142,6 +159,9 @@ class TurnRun:
             await self._abandon(gen)
             with contextlib.suppress(Exception):
                 await gen.aclose()
+        if self.text_only:
+            await self._end_text(chunks.seq)
+            return
         last = self.last
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=chunks.seq, finish_reason=last.finish_reason or "stop",
                        completion_tokens=last.completion_tokens, prompt_tokens=last.prompt_tokens,
@@ -155,6 +175,32 @@ class TurnRun:
         self.counted = False
         log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
                  last.completion_tokens, last.finish_reason)
+
+    def _content(self, seq: int, text: str, since: float) -> bytes:
+        """A text-only turn's chunk ``seq`` (0, 1, ...) as the parse stage's event ``seq + 1``."""
+        return encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq + 1, src="parser",
+                            ts=time.time(), body=ContentDelta(text=text), t0=since))
+
+    async def _end_text(self, chunks_written: int) -> None:
+        """A text-only turn's end, as its parser's would be (``workers.parser.turn_parse``): its message and
+        ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended`` (``Turns.end_text``: one
+        round trip with the decoders' load), then its KV kept for a follow-up or released."""
+        last = self.last
+        reason, text = last.finish_reason or "stop", "".join(self.parts)
+        seq = chunks_written + 1
+        ended = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="parser", ts=time.time(),
+                      body=TurnEnded(finish_reason=reason, completion_tokens=last.completion_tokens,
+                                     stop_sequence=last.stop_sequence if reason == "stop" else None))
+        publish = self.ctx.sessions.publish_call(self.sid, self.turn, Field.parser_seq(self.turn, self.attempt),
+                                                 [(seq, encode(ended))], bus.EVENT_STREAM_MAXLEN)
+        message = {"role": "assistant", "content": text, "raw": text}
+        self.ctx.kv.turn_ended(self.info, self.turn)
+        await self._through(lambda: self.ctx.turns.end_text(self.sid, self.turn, self.attempt, reason, message, publish,
+                                                            self.info, also=lambda p: routing.turn_ended(p, self.ctx.me)))
+        self.counted = False
+        await self.ctx.kv.parsed(TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[]))
+        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s (text only)", self.sid, self.turn, self.attempt,
+                 last.completion_tokens, reason)
 
     async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
         """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""

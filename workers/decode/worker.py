@@ -45,7 +45,7 @@ class DecodeWorker:
         self.sessions = self.turns.sessions
         self.kv = KvHolds(cfg, engine, r)
         chunks = ChunkWriter(r, cfg.coalesce_tokens, cfg.coalesce_ms)
-        self.ctx = TurnContext(cfg, r, self.me, engine, self.sessions, chunks, self.kv)
+        self.ctx = TurnContext(cfg, r, self.me, engine, self.turns, chunks, self.kv)
         self.housekeeping = Housekeeping(cfg, r, self.me, self.turns)
         reader = bus.GroupReader(r, [keys.DECODE_JOBS, keys.decoder_jobs(self.me)], keys.DECODE_GROUP, self.me,
                                  count=16, block_ms=cfg.block_ms)

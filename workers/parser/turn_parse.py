@@ -115,10 +115,9 @@ class TurnParse:
             return False
         self.info = info
         self.offered = info.tool_names()
-        calls = bool(info.tools) or info.mode is SessionMode.LOOP
         self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,
                                   reasoning=self.ctx.cfg.reasoning or None, call_id_prefix=call_id_prefix(self.turn),
-                                  calls=calls)
+                                  calls=info.may_call)
         return True
 
     async def ended_elsewhere(self) -> bool:

@@ -1,0 +1,126 @@
+"""A text-only turn (no tools, no client results, no reasoning, a format whose text is content): its
+decoder is its parse stage -- content events straight to the event log, then its end and the
+session's in one round trip; every other turn still goes through a parser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from runtime import bus
+from runtime.config import load_config
+from runtime.session import SessionInfo, SessionMode, Sessions, Status
+from runtime.turns import text_only
+from schemas import keys
+from schemas.codec import decode_event, encode
+from schemas.events import StartTurn
+from turnstream.cli import build_engine
+from workers.decode.worker import DecodeWorker
+from workers.parser import FORMATS, make_parser
+from workers.parser.registry import PlainParser
+
+TEXT = "Hello there! Here is a plain answer with no calls in it, long enough for several chunks."
+TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def _info(tools: list | None = None, mode: SessionMode = SessionMode.ONESHOT) -> SessionInfo:
+    return SessionInfo("s", Status.ACTIVE, 0, "", "", 1, tools=tools or [], mode=mode)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_text_only_turn_is_one_whose_parse_is_the_identity(fmt: str) -> None:
+    if text_only(fmt, "", _info()):
+        parser = make_parser(fmt, calls=False)
+        assert isinstance(parser, PlainParser)
+        chunks = ["<tool_call>", '{"name": "x"}', "</tool_call> <think>a</think>", "[TOOL_CALLS]", " done"]
+        assert ["".join(e.text for e in parser.feed(c)) for c in chunks] == chunks and parser.finish() == []
+    else:
+        assert fmt == "harmony"  # its channels need its own parser even without tools
+    assert not text_only(fmt, "", _info([TOOL]))  # tools offered: calls may come
+    assert not text_only(fmt, "", _info(mode=SessionMode.LOOP))  # a session's client may post results
+    assert not text_only(fmt, "think", _info())  # reasoning is separated
+    assert not text_only("auto", "", _info())  # the format is not known yet
+
+
+async def _events(r, sid: str) -> list:
+    return [decode_event(f[bus.FIELD]) for _, f in await r.xrange(keys.events(sid))]
+
+
+def _type(e) -> str:
+    return e.body.__struct_config__.tag
+
+
+async def _run(r, redis_url: str, sid: str, tools: list | None = None, mode: SessionMode = SessionMode.ONESHOT,
+               **cfg_overrides: object) -> DecodeWorker:
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=2000, worker_id="decode-text",
+                      coalesce_tokens=4, **cfg_overrides)
+    worker = DecodeWorker(cfg, build_engine(cfg), r)
+    await worker.engine.start()
+    await Sessions(r).create(sid, [{"role": "user", "content": "hi"}], tools=tools, max_turns=1, mode=mode,
+                             meta={"replay": [TEXT]}, params={"max_tokens": 200})
+    try:
+        await asyncio.wait_for(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid=sid, turn=0)))),
+                               30)
+    finally:
+        await worker.engine.stop()
+    return worker
+
+
+async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_session(redis_url, r) -> None:
+    await _run(r, redis_url, "t1")
+    events = await _events(r, "t1")
+    kinds = [(e.src, _type(e)) for e in events]
+    content = [e for e in events if _type(e) == "content.delta"]
+    assert kinds[0] == ("decoder", "turn.started") and len(content) > 2  # chunks of at most 4 tokens
+    assert kinds[1:] == [("parser", "content.delta")] * len(content) + [("parser", "turn.ended"),
+                                                                         ("session", "session.ended")]
+    assert "".join(e.body.text for e in content) == TEXT and all(e.body.text for e in content)
+    assert [e.seq for e in events[1:-1]] == list(range(1, len(content) + 2))  # the parser's seqs: 1, 2, ...
+    assert all(e.attempt == 1 and e.t0 > 0 for e in content)
+    ended, session_ended = events[-2].body, events[-1].body
+    assert ended.finish_reason == "stop" and ended.completion_tokens > len(content) and ended.n_calls == 0
+    assert (session_ended.reason, session_ended.content) == ("stop", TEXT)
+    record = await r.hgetall(keys.session("t1"))
+    assert record[b"status"] == b"ended" and record[b"done:0"] == b"1" and record[b"pseq:0:1"] == str(
+        len(content) + 1).encode()
+    assert json.loads(record[b"asst:0"]) == {"role": "assistant", "content": TEXT, "raw": TEXT}
+    assert [json.loads(m) for m in await r.lrange(keys.messages("t1"), 0, -1)][-1] == {
+        "role": "assistant", "content": TEXT, "raw": TEXT}  # folded: the conversation is complete
+    assert await r.xlen(keys.tokens("t1")) == 0 and await r.xlen(keys.PARSE_JOBS) == 0  # no parser hop
+    assert await r.ttl(keys.events("t1")) > 0  # the session's keys expire
+    assert await r.hget(keys.DECODE_LOAD, "decode-text") == b"0"  # counted down with its end
+
+
+@pytest.mark.parametrize("why", ["tools", "loop", "plain_turns=parser"])
+async def test_every_other_turn_goes_through_a_parser(redis_url, r, why: str) -> None:
+    sid = f"p-{why[:5]}"
+    await _run(r, redis_url, sid, tools=[TOOL] if why == "tools" else None,
+               mode=SessionMode.LOOP if why == "loop" else SessionMode.ONESHOT,
+               **({"plain_turns": "parser"} if why.startswith("plain") else {}))
+    assert await r.xlen(keys.PARSE_JOBS) == 1 and await r.xlen(keys.tokens(sid)) > 1  # chunks and an end
+    assert [_type(e) for e in await _events(r, sid)] == ["turn.started"]  # the rest is the parser's
+    assert await r.hget(keys.session(sid), "status") == b"active"
+
+
+async def test_a_text_only_turn_cancelled_first_does_not_end_its_session_again(redis_url, r, monkeypatch) -> None:
+    """A cancel ends the session first (its ``session.ended``): the turn's own end then publishes neither
+    its ``turn.ended`` (the once-script refuses after the turn's ending) nor a second ending."""
+    from runtime.turns import Turns
+
+    cancelled = asyncio.Event()
+    end_text = Turns.end_text
+
+    async def cancel_first(self, sid, *args, **kwargs):
+        await Turns(self.r).end(sid, 0, "cancelled")
+        cancelled.set()
+        return await end_text(self, sid, *args, **kwargs)
+
+    monkeypatch.setattr(Turns, "end_text", cancel_first)
+    await _run(r, redis_url, "c1")
+    assert cancelled.is_set()
+    events = await _events(r, "c1")
+    assert [e.body.reason for e in events if _type(e) == "session.ended"] == ["cancelled"]
+    assert not [e for e in events if _type(e) == "turn.ended"]
+    assert await r.hget(keys.session("c1"), "status") == b"cancelled"
