@@ -103,6 +103,10 @@ class Field:
     def ended(turn: int) -> str:
         return f"end:{turn}"
 
+    @staticmethod
+    def attempts(turn: int) -> str:
+        return f"att:{turn}"
+
 
 # claim turn T for ME: 1st claim, or take over from a holder we were told is dead; never on a
 # session that is not active (a missing one included: no record is created).
@@ -162,6 +166,31 @@ return 1
 _END_TURN = """
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'd', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+return 1
+"""
+
+# a text-only turn's end (``Sessions.end_text_turn``), all of it or nothing: unless a newer attempt
+# holds the turn, mark it generated and record its message; publish its turn.ended beyond the
+# attempt's mark unless the session ended; fold its entries once; then, unless the session ended
+# first, publish session.ended, set the status and the TTLs (as ``_END``).  KEYS: ``keys.session_keys``.
+# ARGV: T, attempt, attempts field, done field, message field, message, mark field, seq, turn.ended,
+# end field, maxlen, session.ended, status, time, ttl, then T's entries.
+_END_TEXT = _FOLD + """
+if redis.call('HGET', KEYS[1], ARGV[3]) ~= ARGV[2] then return -1 end
+redis.call('HSET', KEYS[1], ARGV[4], ARGV[2], ARGV[5], ARGV[6])
+local ended = redis.call('HEXISTS', KEYS[1], ARGV[10]) == 1
+if (not ended) and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[1], ARGV[7]) or '-1') then
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'd', ARGV[9])
+  redis.call('HSET', KEYS[1], ARGV[7], ARGV[8])
+end
+if #ARGV > 15 then fold(KEYS[1], KEYS[2], tonumber(ARGV[1]), 16, #ARGV) end
+if ended then return 0 end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'd', ARGV[12])
+redis.call('HSET', KEYS[1], ARGV[10], '0', 'status', ARGV[13], 'ended', ARGV[14])
+local ttl = tonumber(ARGV[15])
+if ttl > 0 then
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
 return 1
 """
 
@@ -263,6 +292,7 @@ class Sessions:
         self._end = r.register_script(_END)
         self._create = r.register_script(_CREATE)
         self._end_turn = r.register_script(_END_TURN)
+        self._end_text = r.register_script(_END_TEXT)
 
     async def create(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
@@ -453,27 +483,26 @@ class Sessions:
         """Publish turn ``turn``'s ending event and set ``status``; False if the turn already ended.
         In the same script: ``entries`` (the turn's conversation entries) are appended once, whether
         or not the turn had ended, and when it ends here every key of the session gets ``ttl_s``."""
-        call = self.end_once_call(sid, turn, data, status, maxlen, entries=entries, ttl_s=ttl_s)
+        args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
+        args += [json.dumps(m) for m in entries or ()]
+        call = bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
         [ended] = await self._send(call)  # with a batcher: with what its caller sends beside it
         return bool(ended)
 
-    def end_once_call(self, sid: str, turn: int, data: bytes, status: Status, maxlen: int, *,
-                      entries: list[dict[str, Any]] | None = None, ttl_s: int = 0) -> bus.ScriptCall:
-        """The script run of ``end_once``, for a caller that sends it in its own round trip."""
-        args = [turn, Field.ended(turn), maxlen, data, status.value, repr(time.time()), ttl_s]
-        args += [json.dumps(m) for m in entries or ()]
-        return bus.ScriptCall(self._end, keys.session_keys(sid, turn + 1), args)
-
-    async def end_text_turn(self, sid: str, turn: int, attempt: int, message: dict[str, Any], last: bus.ScriptCall,
-                            ending: bus.ScriptCall, also: Callable[[Any], Any] | None = None) -> tuple[int, bool]:
-        """A turn whose decoder was its parse stage (``runtime.turns.text_only``) ends in ONE round trip:
-        the turn marked generated (as ``end_turn``), its message recorded, its last events published
-        (``last``: a ``publish_call``) and the session ended (``ending``: an ``end_once_call`` that folds
-        the message) -- in that order, so whoever sees an ending finds what precedes it -- then
-        ``also``.  Returns the publish's mark and whether the session ended here."""
-        data = json.dumps(message)
-        writes: list[Callable[[Any], Any]] = [
-            lambda p: p.hset(keys.session(sid), mapping={Field.done(turn): attempt, Field.message(turn): data}),
-            last, ending]
-        replies = await self._send(*writes, *([also] if also is not None else []))
-        return int(replies[1]), bool(replies[2])
+    async def end_text_turn(self, sid: str, turn: int, attempt: int, message: dict[str, Any], seq: int,
+                            turn_ended: bytes, session_ended: bytes, status: Status, maxlen: int, *,
+                            entries: list[dict[str, Any]], ttl_s: int = 0,
+                            also: Callable[[Any], Any] | None = None) -> int:
+        """A text-only turn's end (``runtime.turns.text_only``: its decoder was its parse stage), in one
+        script: unless a newer attempt holds the turn, it is marked generated (as ``end_turn``), its
+        message recorded, its ``turn.ended`` (``seq``, the parse stage's) published once unless the session
+        ended, its ``entries`` folded once, and the session ended (as ``end_once``).  All of it or nothing:
+        a decoder that dies between its parts cannot leave a turn marked generated whose session never
+        ends.  ``also(pipe)`` goes behind it in the same round trip.  Returns 1 when the session ended
+        here, 0 when it had ended (a cancel came first), -1 when the attempt is not the turn's latest."""
+        args = [turn, attempt, Field.attempts(turn), Field.done(turn), Field.message(turn), json.dumps(message),
+                Field.parser_seq(turn, attempt), seq, turn_ended, Field.ended(turn), maxlen, session_ended,
+                status.value, repr(time.time()), ttl_s]
+        args += [json.dumps(m) for m in entries]
+        call = bus.ScriptCall(self._end_text, keys.session_keys(sid, turn + 1), args)
+        return int((await self._send(call, *([also] if also is not None else [])))[0])

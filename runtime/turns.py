@@ -138,16 +138,15 @@ class Turns:
         return await self._end(sid, turn, reason, content, info, entries)
 
     async def end_text(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any],
-                       last: bus.ScriptCall, info: SessionInfo, also: Any = None) -> bool:
-        """End a text-only turn (``text_only``) and its session in one round trip
-        (``Sessions.end_text_turn``): the turn generated, its ``message`` recorded, ``last`` (its
-        ``turn.ended``) published, the turn folded and ``session.ended`` published once.  False when
-        the session had ended already (a cancel came first)."""
-        ending = self.sessions.end_once_call(sid, turn, *self._ending(sid, turn, reason, message["content"]),
-                                             bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
-                                             ttl_s=self.ttl_s)
-        _, ended = await self.sessions.end_text_turn(sid, turn, attempt, message, last, ending, also=also)
-        return ended
+                       seq: int, turn_ended: bytes, info: SessionInfo, also: Any = None) -> int:
+        """End a text-only turn (``text_only``) and its session in one script (``Sessions.end_text_turn``):
+        the turn generated, its ``message`` recorded, ``turn_ended`` (the parse stage's event ``seq``)
+        published, the turn folded and ``session.ended`` published once.  1: ended here; 0: the session
+        had ended already (a cancel came first); -1: a newer attempt holds the turn (nothing written)."""
+        data, status = self._ending(sid, turn, reason, message["content"])
+        return await self.sessions.end_text_turn(sid, turn, attempt, message, seq, turn_ended, data, status,
+                                                 bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
+                                                 ttl_s=self.ttl_s, also=also)
 
     @staticmethod
     def _ending(sid: str, turn: int, reason: str, content: str) -> tuple[bytes, Status]:

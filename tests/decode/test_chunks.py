@@ -281,8 +281,8 @@ async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine
         aborted.append(rid)
 
     engine = SimpleNamespace(abort=abort)
-    check = AbortCheck(engine, SimpleNamespace(rid="s9:0:1"), "s9", 0)  # type: ignore[arg-type]
-    await r.hset(keys.session("s9"), mapping={"status": Status.ACTIVE, "turn": 0})
+    check = AbortCheck(engine, SimpleNamespace(rid="s9:0:1"), "s9", 0, 1)  # type: ignore[arg-type]
+    await r.hset(keys.session("s9"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 1})
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     tc = _open(w, "s9", check)
     check.next_at = 0.0  # due
@@ -296,6 +296,41 @@ async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine
     await w.flush(tc)
     await _settled()
     assert aborted == ["s9:0:1"] and check.aborted
+
+
+async def test_an_attempt_that_a_newer_one_replaced_stops_generating(r) -> None:
+    """Taken for dead (its heartbeat lapsed) while it went on: its next status read sees the newer
+    attempt and aborts, so that it never ends the turn in the newer attempt's place."""
+    aborted: list[str] = []
+
+    async def abort(rid: str) -> None:
+        aborted.append(rid)
+
+    check = AbortCheck(SimpleNamespace(abort=abort), SimpleNamespace(rid="s8:0:1"), "s8", 0, 1)  # type: ignore[arg-type]
+    await r.hset(keys.session("s8"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 2})
+    w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
+    tc = _open(w, "s8", check)
+    check.next_at = 0.0
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    await _settled()
+    assert aborted == ["s8:0:1"] and check.aborted
+
+
+async def test_text_without_tokens_and_a_lead_without_text_are_written_before_a_flush_returns(r) -> None:
+    """A delta may carry text and no token (a forced prefill before an empty completion), and a turn may
+    end with its lead (turn.started) and nothing behind it: the flush waits for both."""
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = _open(w, "s7")
+    w.lead(tc, lambda pipe: pipe.set("lead-s7", "1"))
+    w.add(tc, "<tool_call>", 0)
+    await w.flush(tc)
+    w.close(tc)
+    assert [c.text for c in await _chunks(r, "s7")] == ["<tool_call>"] and await r.get("lead-s7") == b"1"
+    tc = _open(w, "s6")
+    w.lead(tc, lambda pipe: pipe.set("lead-s6", "1"))
+    await w.flush(tc)
+    assert await r.get("lead-s6") == b"1"
 
 
 async def test_a_lead_command_goes_once_just_ahead_of_the_turns_next_chunk(r, monkeypatch) -> None:

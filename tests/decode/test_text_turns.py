@@ -124,3 +124,24 @@ async def test_a_text_only_turn_cancelled_first_does_not_end_its_session_again(r
     assert [e.body.reason for e in events if _type(e) == "session.ended"] == ["cancelled"]
     assert not [e for e in events if _type(e) == "turn.ended"]
     assert await r.hget(keys.session("c1"), "status") == b"cancelled"
+
+
+async def test_an_attempt_that_a_newer_one_replaced_ends_nothing(r) -> None:
+    """A decoder taken for dead that went on (its heartbeat lapsed, another decoder regenerates the turn
+    as attempt 2) must not end the session with its own text: its end writes nothing."""
+    from runtime.turns import Turns
+
+    sessions = Sessions(r)
+    await sessions.create("a1", [{"role": "user", "content": "hi"}], max_turns=1, mode=SessionMode.ONESHOT)
+    for me in ("decode-a", "decode-b"):  # b takes the turn over: attempt 2
+        await sessions.claim_turn("a1", 0, me, dead_holder="decode-a" if me == "decode-b" else "")
+    assert await r.hget(keys.session("a1"), "att:0") == b"2"
+    info = await sessions.get("a1")
+    message = {"role": "assistant", "content": "stale", "raw": "stale"}
+    assert await Turns(r).end_text("a1", 0, 1, "stop", message, 1, b"turn.ended", info) == -1
+    record = await r.hgetall(keys.session("a1"))
+    assert b"done:0" not in record and b"asst:0" not in record and record[b"status"] == b"active"
+    assert await r.xlen(keys.events("a1")) == 0 and await r.llen(keys.messages("a1")) == 1
+    assert await Turns(r).end_text("a1", 0, 2, "stop", {**message, "content": "fresh", "raw": "fresh"}, 1,
+                                   b"turn.ended", info) == 1  # the latest attempt ends it
+    assert await r.hget(keys.session("a1"), "status") == b"ended"

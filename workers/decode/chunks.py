@@ -54,7 +54,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from runtime import bus
-from runtime.session import Status
+from runtime.session import Field, Status
 from schemas.codec import encode
 from schemas.events import TokenChunk
 from workers.decode.engine import Engine, GenerateRequest
@@ -67,17 +67,21 @@ EARLY_S = 0.002  # a deadline this close counts as reached: uvloop's timers roun
 
 
 class AbortCheck:
-    """Abort the generation when the session was cancelled (status no longer active) or has moved on
-    to another turn.  A cancel tells the decoder at once (``CancelTurn``: ``stop``); this check is
-    the backstop for an ending that sent no note or whose note was lost: at most every
-    ``interval_s``, one status read in the round that carries the turn's chunk (0.01 commands per
-    token at 20 tokens/s).  Nothing a cancelled turn generates after its ``session.ended`` is
-    published, so the interval bounds only the generation wasted when the note does not arrive."""
+    """Abort the generation when the session was cancelled (status no longer active), has moved on
+    to another turn, or the turn has a newer attempt (this decoder was taken for dead while it went
+    on).  A cancel tells the decoder at once (``CancelTurn``: ``stop``); this check is the backstop
+    for an ending that sent no note or whose note was lost: at most every ``interval_s``, one status
+    read in the round that carries the turn's chunk (0.01 commands per token at 20 tokens/s).
+    Nothing a cancelled turn generates after its ``session.ended`` is published, so the interval
+    bounds only the generation wasted when the note does not arrive; an attempt that a newer one
+    replaced publishes no end (``Sessions.end_text_turn``; a parser stops reading it at the newer
+    attempt's first chunk)."""
 
     interval_s = 5.0
 
-    def __init__(self, engine: Engine, req: GenerateRequest, sid: str, turn: int) -> None:
-        self.engine, self.req, self.sid, self.turn = engine, req, sid, turn
+    def __init__(self, engine: Engine, req: GenerateRequest, sid: str, turn: int, attempt: int) -> None:
+        self.engine, self.req, self.sid, self.turn, self.attempt = engine, req, sid, turn, attempt
+        self.fields = ("status", "turn", Field.attempts(turn))  # what the check reads
         self.next_at = time.monotonic() + self.interval_s
         self.aborted = False
 
@@ -88,9 +92,11 @@ class AbortCheck:
         self.next_at = now + self.interval_s
         return True
 
-    async def apply(self, status: bytes | None, turn: bytes | None) -> None:
+    async def apply(self, status: bytes | None, turn: bytes | None, attempts: bytes | None) -> None:
         if (status or b"").decode() != Status.ACTIVE or int(turn or -1) != self.turn:
             await self.stop("no longer active")
+        elif int(attempts or 0) > self.attempt:
+            await self.stop(f"attempt {self.attempt} superseded")
 
     async def stop(self, why: str) -> None:
         """Abort the generation (once)."""
@@ -131,7 +137,7 @@ class TurnChunks:
         self.head: Callable[[Any], Any] | None = None  # ``lead``: a command sent just ahead of the next chunk
 
     def idle(self) -> bool:
-        return not self.tokens and not self.pending
+        return not self.text and not self.tokens and not self.pending and self.head is None
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc
@@ -210,7 +216,10 @@ class ChunkWriter:
             return
         fut = asyncio.get_running_loop().create_future()
         tc.waiters.append(fut)
-        if tc.text:  # buffered: due now (else only a round in flight is waited for)
+        if tc.text or tc.tokens or tc.head is not None:  # buffered: due now (else a round in flight is waited for)
+            if tc not in self.dirty:  # a lead with nothing behind it (a turn that ended with no text)
+                tc.oldest = self.clock()
+                self.dirty[tc] = None
             tc.due = self.urgent = True
             self._schedule()
         await fut
@@ -308,7 +317,7 @@ class ChunkWriter:
             if xadd is not None:
                 pipe.execute_command(*xadd)
             if check:
-                pipe.execute_command("HMGET", tc.session_key, "status", "turn")
+                pipe.execute_command("HMGET", tc.session_key, *tc.abort.fields)  # type: ignore[union-attr]
         try:
             replies = await pipe.execute(raise_on_error=False)
         except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its nodes

@@ -10,8 +10,9 @@ continuation is sent) and never builds or parses messages itself -- except a tex
 (``runtime.turns.text_only``: no tools, no client results, no reasoning, a format whose text is
 content), whose parse would be the identity: its decoder is its parse stage.  Its chunks go to the
 event log as the parse stage's ``content.delta`` events (src ``parser``, seq 1, 2, ...), and its end
-records its message, publishes its ``turn.ended`` and ends the session in one round trip
-(``Turns.end_text``): no parse job, no token log, no note back.  A cancel aborts the turn at
+records its message, publishes its ``turn.ended`` and ends the session in one script
+(``Turns.end_text``; nothing from an attempt a newer one replaced): no parse job, no token log, no
+note back.  A cancel aborts the turn at
 once: its ending sends the decoder a ``CancelTurn`` note (``TurnContext.cancel``); the writer also
 checks, at most every ``AbortCheck.interval_s``, whether the session was cancelled
 (``workers.decode.chunks``), for an ending that sent no note or whose note was lost.
@@ -140,7 +141,7 @@ class TurnRun:
 
     async def _stream(self) -> None:
         gen = self.ctx.engine.generate(self.req).__aiter__()
-        check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn)
+        check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn, self.attempt)
         if self.text_only:
             chunks = self.ctx.chunks.open(keys.events(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
                                           make=self._content, maxlen=bus.EVENT_STREAM_MAXLEN)
@@ -183,24 +184,25 @@ class TurnRun:
 
     async def _end_text(self, chunks_written: int) -> None:
         """A text-only turn's end, as its parser's would be (``workers.parser.turn_parse``): its message and
-        ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended`` (``Turns.end_text``: one
-        round trip with the decoders' load), then its KV kept for a follow-up or released."""
+        ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended``, in one script with the
+        decoders' load beside it (``Turns.end_text``), then its KV kept for a follow-up or released.  An
+        attempt that a newer one replaced (this decoder was taken for dead) writes nothing."""
         last = self.last
         reason, text = last.finish_reason or "stop", "".join(self.parts)
         seq = chunks_written + 1
-        ended = Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="parser", ts=time.time(),
-                      body=TurnEnded(finish_reason=reason, completion_tokens=last.completion_tokens,
-                                     stop_sequence=last.stop_sequence if reason == "stop" else None))
-        publish = self.ctx.sessions.publish_call(self.sid, self.turn, Field.parser_seq(self.turn, self.attempt),
-                                                 [(seq, encode(ended))], bus.EVENT_STREAM_MAXLEN)
+        body = TurnEnded(finish_reason=reason, completion_tokens=last.completion_tokens,
+                         stop_sequence=last.stop_sequence if reason == "stop" else None)
+        ended = encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="parser", ts=time.time(),
+                             body=body))
         message = {"role": "assistant", "content": text, "raw": text}
         self.ctx.kv.turn_ended(self.info, self.turn)
-        await self._through(lambda: self.ctx.turns.end_text(self.sid, self.turn, self.attempt, reason, message, publish,
-                                                            self.info, also=lambda p: routing.turn_ended(p, self.ctx.me)))
+        outcome = await self._through(lambda: self.ctx.turns.end_text(
+            self.sid, self.turn, self.attempt, reason, message, seq, ended, self.info,
+            also=lambda p: routing.turn_ended(p, self.ctx.me)))
         self.counted = False
         await self.ctx.kv.parsed(TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[]))
-        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s (text only)", self.sid, self.turn, self.attempt,
-                 last.completion_tokens, reason)
+        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s (text only%s)", self.sid, self.turn, self.attempt,
+                 last.completion_tokens, reason, "; a newer attempt holds the turn" if outcome < 0 else "")
 
     async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
         """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""
