@@ -169,45 +169,42 @@ redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
 return 1
 """
 
+# fold turn T's entries (ARGV from ``first``, when given) once, then publish its session.ended once, set
+# the final status with it and give every key of the session a TTL (first ending wins: a cancel is not
+# overwritten by the aborted turn's own ending): shared by ``_END`` and ``_END_TEXT``.  KEYS:
+# ``keys.session_keys`` (record, conversation, tokens, events, barriers).  ARGV from ``at``: end field,
+# maxlen, data, status, time, ttl (0: none).
+_ENDING = _FOLD + """
+local function ending(turn, at, first)
+  if #ARGV >= first then fold(KEYS[1], KEYS[2], turn, first, #ARGV) end
+  if redis.call('HEXISTS', KEYS[1], ARGV[at]) == 1 then return 0 end
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[at + 1], '*', 'd', ARGV[at + 2])
+  redis.call('HSET', KEYS[1], ARGV[at], '0', 'status', ARGV[at + 3], 'ended', ARGV[at + 4])
+  local ttl = tonumber(ARGV[at + 5])
+  if ttl > 0 then
+    for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  end
+  return 1
+end
+"""
+
+# ARGV: T, then ``ending``'s from 2, then T's entries from 8.
+_END = _ENDING + "return ending(tonumber(ARGV[1]), 2, 8)\n"
+
 # a text-only turn's end (``Sessions.end_text_turn``), all of it or nothing: unless a newer attempt
 # holds the turn, mark it generated and record its message; publish its turn.ended beyond the
-# attempt's mark unless the session ended; fold its entries once; then, unless the session ended
-# first, publish session.ended, set the status and the TTLs (as ``_END``).  KEYS: ``keys.session_keys``.
-# ARGV: T, attempt, attempts field, done field, message field, message, mark field, seq, turn.ended,
-# end field, maxlen, session.ended, status, time, ttl, then T's entries.
-_END_TEXT = _FOLD + """
+# attempt's mark unless the session ended; then ``ending``.  ARGV: T, attempt, attempts field, done
+# field, message field, message, mark field, seq, turn.ended, then ``ending``'s from 10, then T's
+# entries from 16.
+_END_TEXT = _ENDING + """
 if redis.call('HGET', KEYS[1], ARGV[3]) ~= ARGV[2] then return -1 end
 redis.call('HSET', KEYS[1], ARGV[4], ARGV[2], ARGV[5], ARGV[6])
-local ended = redis.call('HEXISTS', KEYS[1], ARGV[10]) == 1
-if (not ended) and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[1], ARGV[7]) or '-1') then
+if redis.call('HEXISTS', KEYS[1], ARGV[10]) == 0
+    and tonumber(ARGV[8]) > tonumber(redis.call('HGET', KEYS[1], ARGV[7]) or '-1') then
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'd', ARGV[9])
   redis.call('HSET', KEYS[1], ARGV[7], ARGV[8])
 end
-if #ARGV > 15 then fold(KEYS[1], KEYS[2], tonumber(ARGV[1]), 16, #ARGV) end
-if ended then return 0 end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'd', ARGV[12])
-redis.call('HSET', KEYS[1], ARGV[10], '0', 'status', ARGV[13], 'ended', ARGV[14])
-local ttl = tonumber(ARGV[15])
-if ttl > 0 then
-  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
-end
-return 1
-"""
-
-# fold turn T's entries (when given), then publish its session.ended once, set the final status with
-# it and give every key of the session a TTL (first ending wins: a cancel is not overwritten by the
-# aborted turn's own ending).  KEYS: ``keys.session_keys`` (record, conversation, tokens, events,
-# barriers).  ARGV: T, end field, maxlen, data, status, time, ttl (0: none), then T's entries.
-_END = _FOLD + """
-if #ARGV > 7 then fold(KEYS[1], KEYS[2], tonumber(ARGV[1]), 8, #ARGV) end
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return 0 end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'd', ARGV[4])
-redis.call('HSET', KEYS[1], ARGV[2], '0', 'status', ARGV[5], 'ended', ARGV[6])
-local ttl = tonumber(ARGV[7])
-if ttl > 0 then
-  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
-end
-return 1
+return ending(tonumber(ARGV[1]), 10, 16)
 """
 
 

@@ -274,14 +274,18 @@ async def test_an_outage_is_ridden_through_and_past_it_the_turn_fails(r, monkeyp
         w.add(tc, "d", 1)  # the turn is abandoned: regenerated as a new attempt
 
 
-async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine(r) -> None:
+def _check(sid: str) -> tuple[AbortCheck, list[str]]:
+    """An abort check of ``sid``'s turn 0, attempt 1, on an engine that records what it aborts."""
     aborted: list[str] = []
 
     async def abort(rid: str) -> None:
         aborted.append(rid)
 
-    engine = SimpleNamespace(abort=abort)
-    check = AbortCheck(engine, SimpleNamespace(rid="s9:0:1"), "s9", 0, 1)  # type: ignore[arg-type]
+    return AbortCheck(SimpleNamespace(abort=abort), SimpleNamespace(rid=f"{sid}:0:1"), sid, 0, 1), aborted  # type: ignore[arg-type]
+
+
+async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine(r) -> None:
+    check, aborted = _check("s9")
     await r.hset(keys.session("s9"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 1})
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     tc = _open(w, "s9", check)
@@ -301,12 +305,7 @@ async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine
 async def test_an_attempt_that_a_newer_one_replaced_stops_generating(r) -> None:
     """Taken for dead (its heartbeat lapsed) while it went on: its next status read sees the newer
     attempt and aborts, so that it never ends the turn in the newer attempt's place."""
-    aborted: list[str] = []
-
-    async def abort(rid: str) -> None:
-        aborted.append(rid)
-
-    check = AbortCheck(SimpleNamespace(abort=abort), SimpleNamespace(rid="s8:0:1"), "s8", 0, 1)  # type: ignore[arg-type]
+    check, aborted = _check("s8")
     await r.hset(keys.session("s8"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 2})
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     tc = _open(w, "s8", check)
