@@ -154,6 +154,27 @@ async def test_a_turn_that_is_due_leaves_alone_and_the_others_wait_for_their_tim
     assert w.rounds == 3
 
 
+async def test_rounds_that_only_steps_made_due_are_spaced_so_turns_out_of_step_share_them(r) -> None:
+    """A turn due with its step waits until ``ms``/4 after the last round began (never past its own ``ms``):
+    turns whose deltas come out of step with each other (an engine that does not batch) share a round."""
+    w = ChunkWriter(r, n=100, ms=400.0)
+    b, c, d = _open(w, "sp-b"), _open(w, "sp-c"), _open(w, "sp-d")
+    w.add(b, "b0", 1)
+    w.add(d, "d0", 1)
+    await asyncio.sleep(0.45)  # their next deltas come a whole ``ms`` later: due with their step at once
+    w.add(c, "c0", 1)  # a first token: a round at once
+    await asyncio.sleep(0.01)
+    w.add(b, "b1", 1)  # due with its step, 10 ms after that round began: waits until 100 ms after it
+    await asyncio.sleep(0.04)
+    w.add(d, "d1", 1)  # due with its step too
+    await asyncio.sleep(0.02)
+    assert [c.text for c in await _chunks(r, "sp-b")] == ["b0"] and w.rounds == 2
+    await asyncio.sleep(0.15)
+    assert [c.text for c in await _chunks(r, "sp-b")] == ["b0", "b1"]
+    assert [c.text for c in await _chunks(r, "sp-d")] == ["d0", "d1"]
+    assert w.rounds == 3  # b1 and d1 in one round
+
+
 class StepClock:
     """The writer's clock, moved by hand: an engine's steps at chosen times.  Its seconds stand for
     milliseconds, so that no timer of the writer's (a minute or more of real time) fires in a test."""

@@ -20,7 +20,10 @@ Contracts:
   inter-delta gap later) would pass ``ms``.  A batching engine's steps carry the rounds, so a token does not wait for a clock out of
   step with the engine (on average half a step, not half of ``ms``), and the turns of one step split
   into as many phases as ``ms`` holds steps (each round carries those turns, not every turn at
-  once).  A timer sends a turn whose deltas stopped coming at ``ms``, with every turn within
+  once).  A round that only steps made due begins ``ms``/4 after the one before at the soonest
+  (never past the oldest buffered token's ``ms``): a batching engine's steps are further apart, and
+  the turns of an engine that does not batch, whose deltas come out of step with each other, share
+  rounds instead of a round trip each.  A timer sends a turn whose deltas stopped coming at ``ms``, with every turn within
   ``ms``/4 of its own.  A turn leaves sooner when it buffered ``n`` tokens or the text that may end
   one of its calls (``ends``: its format's close markers, so that a tool never waits to start), or
   is flushed.  What one turn makes due never takes the others' text early: a busy decoder (a new
@@ -163,7 +166,9 @@ class ChunkWriter:
         self.r, self.n, self.s, self.outage_s = r, n, ms / 1000.0, outage_s
         self.clock = clock  # seconds, for the turns' deltas and deadlines
         self.dirty: dict[TurnChunks, None] = {}  # turns with buffered text, oldest buffered delta first
-        self.urgent = False  # some turn is due (``TurnChunks.due``): a round now
+        self.urgent = False  # some turn is due (``TurnChunks.due``) at once: a round now
+        self.stepped = False  # some turn is due with its step: a round, ``ms``/4 after the last one began at the soonest
+        self.started = float("-inf")  # when the last round began (the writer's clock)
         self.busy = False  # a round trip is in flight
         self.rounds = 0  # round trips that carried chunks (tests, stats)
         self._kicked = False
@@ -193,8 +198,10 @@ class ChunkWriter:
         tc.tokens += n_tokens
         self.dirty[tc] = None
         ended = bool(tc.ends) and self._ends_call(tc, text)  # always: it keeps the tail a marker may span
-        if tc.first or tc.tokens >= self.n or ended or now - tc.oldest + tc.gap >= self.s:
+        if tc.first or tc.tokens >= self.n or ended:
             tc.due = self.urgent = True
+        elif now - tc.oldest + tc.gap >= self.s:
+            tc.due = self.stepped = True
         self._schedule()
 
     @staticmethod
@@ -233,13 +240,21 @@ class ChunkWriter:
         if self.busy or not self.dirty:
             return
         loop = asyncio.get_running_loop()
-        wait = self._wait(self.clock())
+        clock = self.clock()
+        wait = self._wait(clock)
+        if self.stepped:  # rounds that only steps made due are spaced: turns out of step share them
+            wait = min(wait, self.started + self.s / 4 - clock)
         if self.urgent or wait <= EARLY_S:
             if not self._kicked:  # after every callback already queued: the rest of this step's turns
                 self._kicked = True
                 loop.call_soon(self._start)
-        elif self._timer is None:
-            self._timer = loop.call_later(wait, self._on_timer)
+            return
+        at = loop.time() + wait
+        if self._timer is not None:
+            if self._timer.when() <= at + EARLY_S:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_later(wait, self._on_timer)
 
     def _wait(self, clock: float) -> float:
         """Seconds until the deadline of the oldest buffered delta (``dirty``'s first turn's)."""
@@ -256,6 +271,7 @@ class ChunkWriter:
             self._timer = None
         if self.busy or not self.dirty:
             return
+        self.started = self.clock()
         batch = self._take()
         if not batch:  # the turn that was due has closed since: the others wait for their time
             self._schedule()
@@ -271,7 +287,7 @@ class ChunkWriter:
         now, clock = time.monotonic(), self.clock()
         timed = self._wait(clock) <= EARLY_S  # as ``_schedule`` decides
         near = clock - self.s + (max(self.s / 4, EARLY_S) if timed else 0.0)  # one whose oldest is older goes too
-        self.urgent = False
+        self.urgent = self.stepped = False
         batch, left = [], {}
         for tc in self.dirty:
             if not (tc.due or tc.oldest <= near):
