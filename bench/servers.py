@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ class Server:
     name: str
     argv: list[str]
     env: dict[str, str]
-    port: int = field(default_factory=free_port)
+    port: int = 0  # chosen as it starts: a port chosen earlier may be taken meanwhile (vLLM's processes bind
+    # ephemeral ports while the servers before it start)
     proc: subprocess.Popen | None = None
 
     @property
@@ -44,6 +45,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, log: Path) -> None:
+        self.port = self.port or free_port()
         argv = [a.replace("{port}", str(self.port)) for a in self.argv]
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,

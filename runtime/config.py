@@ -88,8 +88,8 @@ class Config:
     coalesce_ms: float = opt(60.0, "token-log chunking: the longest a turn's buffered token waits for the decoder's "
                                    "write round (unless one is in flight); it leaves with the last engine step "
                                    "before, after which waiting for the turn's next token would pass this (each "
-                                   "round one round trip for every turn due; a turn's first token and the end of a "
-                                   "call go at once)", "decode")
+                                   "round one round trip for every turn due; such rounds at least a quarter of "
+                                   "this apart; a turn's first token and the end of a call go at once)", "decode")
     heartbeat_ms: int = opt(1000, "how often a worker reports it is alive", *WORKERS)
     heartbeat_ttl_ms: int = opt(3000, "a worker silent this long is dead", *WORKERS)
     pin_default_s: float = opt(5.0, "KV pin deadline before a tool's duration is known", "decode")

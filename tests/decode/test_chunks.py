@@ -163,15 +163,15 @@ async def test_rounds_that_only_steps_made_due_are_spaced_so_turns_out_of_step_s
     w.add(d, "d0", 1)
     await asyncio.sleep(0.45)  # their next deltas come a whole ``ms`` later: due with their step at once
     w.add(c, "c0", 1)  # a first token: a round at once
-    await asyncio.sleep(0.01)
-    w.add(b, "b1", 1)  # due with its step, 10 ms after that round began: waits until 100 ms after it
-    await asyncio.sleep(0.04)
+    await asyncio.sleep(0.005)
+    w.add(b, "b1", 1)  # due with its step, 5 ms after that round began: waits until 100 ms after it
+    await asyncio.sleep(0.005)
     w.add(d, "d1", 1)  # due with its step too
-    await asyncio.sleep(0.02)
-    assert [c.text for c in await _chunks(r, "sp-b")] == ["b0"] and w.rounds == 2
-    await asyncio.sleep(0.15)
-    assert [c.text for c in await _chunks(r, "sp-b")] == ["b0", "b1"]
-    assert [c.text for c in await _chunks(r, "sp-d")] == ["d0", "d1"]
+    await asyncio.sleep(0.01)
+    assert [x.text for x in await _chunks(r, "sp-b")] == ["b0"] and w.rounds == 2
+    await asyncio.sleep(0.2)
+    assert [x.text for x in await _chunks(r, "sp-b")] == ["b0", "b1"]
+    assert [x.text for x in await _chunks(r, "sp-d")] == ["d0", "d1"]
     assert w.rounds == 3  # b1 and d1 in one round
 
 

@@ -21,9 +21,11 @@ Contracts:
   step with the engine (on average half a step, not half of ``ms``), and the turns of one step split
   into as many phases as ``ms`` holds steps (each round carries those turns, not every turn at
   once).  A round that only steps made due begins ``ms``/4 after the one before at the soonest
-  (never past the oldest buffered token's ``ms``): a batching engine's steps are further apart, and
-  the turns of an engine that does not batch, whose deltas come out of step with each other, share
-  rounds instead of a round trip each.  A timer sends a turn whose deltas stopped coming at ``ms``, with every turn within
+  (never past the oldest buffered token's ``ms``): the turns of an engine that does not batch, whose
+  deltas come out of step with each other, share rounds instead of a round trip each.  A batching
+  engine whose steps are at least ``ms``/4 apart keeps its rounds (with the defaults, a turn of a
+  faster one reaches ``n`` tokens first and goes at once); otherwise a chunk may wait up to ``ms``/4
+  after any round, never past ``ms``.  A timer sends a turn whose deltas stopped coming at ``ms``, with every turn within
   ``ms``/4 of its own.  A turn leaves sooner when it buffered ``n`` tokens or the text that may end
   one of its calls (``ends``: its format's close markers, so that a tool never waits to start), or
   is flushed.  What one turn makes due never takes the others' text early: a busy decoder (a new
@@ -269,14 +271,16 @@ class ChunkWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if not self.dirty:  # the turns that were due have closed since
+            self.urgent = self.stepped = False
         if self.busy or not self.dirty:
             return
-        self.started = self.clock()
+        started = self.clock()
         batch = self._take()
         if not batch:  # the turn that was due has closed since: the others wait for their time
             self._schedule()
             return
-        self.busy = True
+        self.started, self.busy = started, True
         task = asyncio.ensure_future(self._round(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -285,7 +289,7 @@ class ChunkWriter:
         """The chunks of the turns due (and of those whose oldest delta is, or is within ``ms``/4 of, ``ms``
         old, when one is), encoded; their buffers empty."""
         now, clock = time.monotonic(), self.clock()
-        timed = self._wait(clock) <= EARLY_S  # as ``_schedule`` decides
+        timed = self._wait(clock) <= EARLY_S  # the head's deadline (not only the spacing) started this round
         near = clock - self.s + (max(self.s / 4, EARLY_S) if timed else 0.0)  # one whose oldest is older goes too
         self.urgent = self.stepped = False
         batch, left = [], {}
