@@ -305,21 +305,23 @@ def _check(sid: str) -> tuple[AbortCheck, list[str]]:
     return AbortCheck(SimpleNamespace(abort=abort), SimpleNamespace(rid=f"{sid}:0:1"), sid, 0, 1), aborted  # type: ignore[arg-type]
 
 
+async def _checked(w: ChunkWriter, tc, check: AbortCheck, text: str) -> None:
+    """Write ``text`` in a round that also reads the status (the check made due), and let it act."""
+    check.next_at = 0.0
+    w.add(tc, text, 1)
+    await w.flush(tc)
+    await _settled()
+
+
 async def test_the_status_read_rides_in_the_round_and_a_cancel_aborts_the_engine(r) -> None:
     check, aborted = _check("s9")
     await r.hset(keys.session("s9"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 1})
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     tc = _open(w, "s9", check)
-    check.next_at = 0.0  # due
-    w.add(tc, "a", 1)
-    await w.flush(tc)
-    await _settled()
+    await _checked(w, tc, check, "a")
     assert aborted == [] and not check.due(time.monotonic())  # active: goes on; the next read is a second away
     await r.hset(keys.session("s9"), "status", Status.CANCELLED)
-    check.next_at = 0.0
-    w.add(tc, "b", 1)
-    await w.flush(tc)
-    await _settled()
+    await _checked(w, tc, check, "b")
     assert aborted == ["s9:0:1"] and check.aborted
 
 
@@ -330,10 +332,7 @@ async def test_an_attempt_that_a_newer_one_replaced_stops_generating(r) -> None:
     await r.hset(keys.session("s8"), mapping={"status": Status.ACTIVE, "turn": 0, "att:0": 2})
     w = ChunkWriter(r, n=1, ms=SLOW_TICK_MS)
     tc = _open(w, "s8", check)
-    check.next_at = 0.0
-    w.add(tc, "a", 1)
-    await w.flush(tc)
-    await _settled()
+    await _checked(w, tc, check, "a")
     assert aborted == ["s8:0:1"] and check.aborted
 
 
