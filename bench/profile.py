@@ -37,14 +37,16 @@ class Profiler:
         self.procs, self.files = procs, files
 
     @classmethod
-    def start(cls, out: str | None, tag: str, pids: dict[str, int], fmt: str = "flamegraph") -> "Profiler":
-        """Record ``PROFILED`` processes of ``pids`` to ``out/<tag>-<name>.<ext>``; a no-op when ``out`` is None."""
+    def start(cls, out: str | None, tag: str, pids: dict[str, int], fmt: str = "flamegraph",
+              names: tuple[str, ...] = PROFILED) -> "Profiler":
+        """Record the processes ``names`` of ``pids`` to ``out/<tag>-<name>.<ext>`` (a name ``pids`` lacks
+        is passed over); a no-op when ``out`` is None."""
         if out is None:
             return cls([], [])
         exe, d = py_spy(), Path(out)
         d.mkdir(parents=True, exist_ok=True)
         procs, files = [], []
-        for name in PROFILED:
+        for name in (n for n in names if n in pids):
             path = d / f"{tag}-{name}.{SUFFIX[fmt]}"
             procs.append(subprocess.Popen([exe, "record", "--nonblocking", "--rate", "100", "--format", fmt,
                                            "--output", str(path), "--pid", str(pids[name])],

@@ -3,6 +3,7 @@ through ``turnstream up`` on the native engine, with the same streaming client.
 
     turnstream bench serve [--out DIR] [--concurrency 1,4,32] [--requests 2] [--rounds 2] [--max-tokens 128]
                            [--servers vllm-server,turnstream-vllm,turnstream-native] [--vllm-args JSON]
+                           [--profile [DIR]]
 
 Each server is started once (``bench.servers``) and the concurrency levels run interleaved, round by
 round, so that load from other processes hits all of them alike.  A level sends ``--requests`` x
@@ -32,6 +33,7 @@ import httpx
 
 from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, VLLM_VENV, percentile, progress, verdict, vllm_python,
                           wait_quiet, write_results)
+from bench.profile import Profiler
 from bench.serve_report import goals, plot, table
 from bench.servers import KINDS, Server, make_server
 from runtime.config import DEFAULT_MODEL_DIR
@@ -53,6 +55,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--model", default=str(DEFAULT_MODEL_DIR))
     ap.add_argument("--vllm-venv", type=Path, default=VLLM_VENV, help="the venv of the vLLM sides")
     ap.add_argument("--start-timeout", type=float, default=900.0, help="seconds a server may take to start")
+    ap.add_argument("--profile", nargs="?", const=str(DEFAULT_OUT / "flame"), default=None, metavar="DIR",
+                    help="after the measured rounds, one more run at the top level per server, not counted, with "
+                         "py-spy flame graphs of its serving processes (default dir: %(const)s)")
+    ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
     args = ap.parse_args(argv)
     args.levels = [int(x) for x in args.concurrency.split(",")]
     args.kinds = [k for k in args.servers.split(",") if k]
@@ -197,6 +203,28 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
     return {name: summarise(levels) for name, levels in runs.items()}, problems
 
 
+PROFILED = {"worker decode": "decode", "worker parser": "parser", "gateway": "gateway",
+            "vllm api server": "api-server"}  # process label -> flame graph name
+
+
+def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
+    """One uncounted run per server at the top level with its serving processes under py-spy
+    (``--profile``): what each spends per token, side by side.  Returns the run's problems."""
+    level, problems = max(args.levels), []
+    for name, server in servers.items():
+        settle(servers)
+        pids = {PROFILED[label]: pid for label, pid in server.pids().items() if label in PROFILED}
+        profiler = Profiler.start(args.profile, f"serve-{name}-{level}", pids, args.profile_format,
+                                  names=tuple(PROFILED.values()))
+        try:
+            run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
+        finally:
+            files = profiler.stop()
+        problems += check(f"{name} (profiled)", level, run["results"])
+        progress(f"profiled {name} at c={level}: {', '.join(str(f) for f in files) or 'no flame graph written'}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     with tempfile.TemporaryDirectory(prefix="ts-bench-serve-") as tmp:
@@ -204,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             servers = _start_all(args, Path(tmp))
             summary, problems = _measure(args, servers)
+            if args.profile:
+                problems += _profile(args, servers)
         finally:
             for server in servers.values():
                 server.stop()

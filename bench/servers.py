@@ -78,6 +78,10 @@ class Server:
             out[label] = out.get(label, 0.0) + seconds
         return out
 
+    def pids(self) -> dict[str, int]:
+        """The tree's processes by label (``process_label``), one pid each (the last found of a label)."""
+        return {process_label(pid): pid for pid in (process_tree_cpu(self.proc.pid) if self.proc else {})}
+
     def stop(self) -> None:
         """SIGTERM (each server stops its own children), then the process group if it lingers."""
         if self.proc is None or self.proc.poll() is not None:

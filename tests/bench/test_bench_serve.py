@@ -115,3 +115,19 @@ def test_processes_are_named_by_what_they_run() -> None:
     assert process_label(child.pid) == "exited"  # a zombie: not reaped yet
     child.wait()
     assert process_label(child.pid) == "exited"
+
+
+def test_a_servers_processes_are_found_by_label_for_its_flame_graphs(tmp_path) -> None:
+    argv = [sys.executable, "-c", "import sys, time; print(flush=True); time.sleep(60)",
+            "-m", "turnstream.cli", "worker", "decode"]  # reads as a decoder
+    server = Server("tree", argv, dict(os.environ))
+    server.start(tmp_path / "tree.log")
+    try:
+        deadline = time.monotonic() + 30
+        while "worker decode" not in server.pids() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the interpreter is up and runs its own command line
+        assert server.pids() == {"worker decode": server.proc.pid}
+        assert {serve.PROFILED[label] for label in server.pids()} == {"decode"}  # its flame graph's name
+    finally:
+        server.proc.kill()
+        server.proc.wait()
