@@ -37,7 +37,7 @@ from gateway.auth import Principal
 from gateway.errors import ApiError
 from gateway.relay import Dropped, Subscription
 from gateway.sessions.ops import SessionOps
-from gateway.sse import while_connected
+from gateway.sse import Last, while_connected
 from gateway.translator import Diverged, Translator, UpstreamError
 from runtime.routing import conversation_key
 from runtime.session import SessionMode, Status
@@ -129,9 +129,12 @@ class Run:
         return cls(state, await _subscribe(state, sid), sid, translator, **kw)
 
     async def stream(self, frame: Callable[[Any], bytes], fail: Callable[[Exception], bytes], *,
-                     idle_s: float | None = None, idle: bytes = b"", cancel: bool = True) -> AsyncIterator[bytes]:
+                     idle_s: float | None = None, idle: bytes = b"", cancel: bool = True,
+                     tail: bytes = b"") -> AsyncIterator[bytes]:
         """The SSE body (see the module doc).  Per token: the translator's items, each framed, written with
-        the frames of any event queued behind it."""
+        the frames of any event queued behind it.  The last write (the output's end, or the failure)
+        is ``sse.Last``, ending with ``tail`` (chat completions' ``[DONE]``): it leaves with the end of the
+        body, in one send."""
         t, sub = self.translator, self.sub
         finished = False
         out: list[bytes] = []
@@ -153,12 +156,12 @@ class Run:
             out += map(frame, t.finish())
             await self._ended()
             finished = True
-            if out:
-                yield b"".join(out)
+            out.append(tail)
+            yield Last(b"".join(out))
         except FAILURES as exc:  # the stream ends here
             cancel = cancel and not (self.resumable and isinstance(exc, Dropped))
-            out.append(fail(exc))
-            yield b"".join(out)
+            out += (fail(exc), tail)
+            yield Last(b"".join(out))
         finally:
             await self._release(cancel and not finished)
 

@@ -46,8 +46,14 @@ def sse_comment(text: str) -> bytes:
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+class Last(bytes):
+    """A body's final bytes: ``EventStreamResponse`` sends them with the body's end, in one write (the
+    end of a chunked body is otherwise a write of its own), and reads nothing after them."""
+
+
 class EventStreamResponse(StreamingResponse):
-    """``text/event-stream`` that ends when the body ends, the client leaves, or ``abort`` is set."""
+    """``text/event-stream`` that ends when the body ends (or yields its ``Last`` bytes), the client
+    leaves, or ``abort`` is set."""
 
     media_type = "text/event-stream"
 
@@ -55,6 +61,15 @@ class EventStreamResponse(StreamingResponse):
                  headers: dict[str, str] | None = None, status_code: int = 200) -> None:
         super().__init__(content, status_code=status_code, headers={**SSE_HEADERS, **(headers or {})})
         self.abort = abort or asyncio.Event()
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            if isinstance(chunk, Last):
+                await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         started = finished = False

@@ -21,7 +21,6 @@ first use) and counts its tokens.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -60,12 +59,9 @@ async def create_message(body: MessagesRequest, request: Request, who: Caller) -
     return err.response(request.url.path) if err else JSONResponse(stream.message())
 
 
-async def _events(run: Run, path: str) -> AsyncIterator[bytes]:
-    body = run.stream(sse_typed, lambda exc: sse_typed(failure(exc).body(path)), idle_s=PING_S,
+def _events(run: Run, path: str) -> AsyncIterator[bytes]:
+    return run.stream(sse_typed, lambda exc: sse_typed(failure(exc).body(path)), idle_s=PING_S,
                       idle=sse_typed({"type": "ping"}))
-    async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
-        async for data in body:
-            yield data
 
 
 @router.post("/v1/messages/count_tokens")

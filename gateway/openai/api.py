@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,10 +129,6 @@ async def chat_completions(body: ChatRequest, request: Request,
     return err.response() if err else JSONResponse(stream.response())
 
 
-async def _chunks(run: Run) -> AsyncIterator[bytes]:
+def _chunks(run: Run) -> AsyncIterator[bytes]:
     """SSE body: ``data: <chunk>`` lines (an error object on failure), then ``data: [DONE]``."""
-    body = run.stream(sse_json, lambda exc: sse_json(failure(exc).body()))
-    async with aclosing(body):  # a client that leaves closes this generator: close the run's too, at once
-        async for data in body:
-            yield data
-    yield b"data: [DONE]\n\n"
+    return run.stream(sse_json, lambda exc: sse_json(failure(exc).body()), tail=b"data: [DONE]\n\n")

@@ -4,6 +4,7 @@ round trips."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ from gateway.auth import Principal
 from gateway.metrics import Metrics
 from gateway.relay import Relay
 from gateway.runner import Run, failure, open_session
+from gateway.sse import EventStreamResponse, Last
 from gateway.sessions.ops import SessionOps
 from runtime import bus
 from runtime.config import load_config
@@ -158,8 +160,34 @@ async def test_events_already_queued_go_out_in_one_write_and_a_lone_event_at_onc
     sub = QueuedSubscription([1, 3, 1, 2])
     relay.subs.append(sub)
     run = Run(SimpleNamespace(ops=CancelRecordingOps(), relay=relay), sub, "s1", Streaming(7))
-    out = [chunk async for chunk in run.stream(str.encode, lambda exc: b"failed")]
-    assert out == [b"head ", b"e1 ", b"e2 e3 e4 ", b"e5 ", b"e6 e7 tail"]  # the head before any event
+    out = [chunk async for chunk in run.stream(str.encode, lambda exc: b"failed", tail=b" [DONE]")]
+    assert out == [b"head ", b"e1 ", b"e2 e3 e4 ", b"e5 ", b"e6 e7 tail [DONE]"]  # the head before any event
+    assert [isinstance(chunk, Last) for chunk in out] == [False] * 4 + [True]  # the end of the body goes with it
+
+
+async def test_a_body_whose_last_bytes_are_marked_ends_in_one_send_and_is_closed() -> None:
+    closed: list[bool] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield b"a"
+            yield Last(b"b")
+            yield b"never read"
+        finally:
+            closed.append(True)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client stays
+        return {}
+
+    await EventStreamResponse(body())({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+    bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
+    assert bodies == [(b"a", True), (b"b", False)] and closed == [True]
 
 
 async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> None:
