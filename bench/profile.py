@@ -48,6 +48,7 @@ class Profiler:
         procs, files = [], []
         for name in (n for n in names if n in pids):
             path = d / f"{tag}-{name}.{SUFFIX[fmt]}"
+            path.unlink(missing_ok=True)  # an earlier run's file is not this run's
             procs.append(subprocess.Popen([exe, "record", "--nonblocking", "--rate", "100", "--format", fmt,
                                            "--output", str(path), "--pid", str(pids[name])],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

@@ -33,7 +33,7 @@ import httpx
 
 from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, VLLM_VENV, percentile, progress, verdict, vllm_python,
                           wait_quiet, write_results)
-from bench.profile import Profiler
+from bench.profile import Profiler, ProfilerMissing, py_spy
 from bench.serve_report import goals, plot, table
 from bench.servers import KINDS, Server, make_server
 from runtime.config import DEFAULT_MODEL_DIR
@@ -60,6 +60,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                          "py-spy flame graphs of its serving processes (default dir: %(const)s)")
     ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
     args = ap.parse_args(argv)
+    if args.profile:
+        try:
+            py_spy()  # before the measured rounds, not after them
+        except ProfilerMissing as exc:
+            ap.error(str(exc))
     args.levels = [int(x) for x in args.concurrency.split(",")]
     args.kinds = [k for k in args.servers.split(",") if k]
     unknown = set(args.kinds) - set(KINDS)
@@ -203,8 +208,20 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
     return {name: summarise(levels) for name, levels in runs.items()}, problems
 
 
-PROFILED = {"worker decode": "decode", "worker parser": "parser", "gateway": "gateway",
-            "vllm api server": "api-server"}  # process label -> flame graph name
+FLAME_NAMES = {"worker decode": "decode", "worker parser": "parser", "gateway": "gateway",
+               "vllm api server": "api-server"}  # process label -> flame graph name
+
+
+def flame_targets(pids: dict[str, list[int]]) -> dict[str, int]:
+    """The processes ``--profile`` records, by flame graph name: ``gateway``, or ``gateway-1``,
+    ``gateway-2``... where several processes share a label."""
+    out = {}
+    for label, found in pids.items():
+        if label in FLAME_NAMES:
+            name = FLAME_NAMES[label]
+            out.update({name: found[0]} if len(found) == 1 else
+                       {f"{name}-{i}": pid for i, pid in enumerate(found, 1)})
+    return out
 
 
 def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
@@ -212,15 +229,18 @@ def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
     (``--profile``): what each spends per token, side by side.  Returns the run's problems."""
     level, problems = max(args.levels), []
     for name, server in servers.items():
-        settle(servers)
-        pids = {PROFILED[label]: pid for label, pid in server.pids().items() if label in PROFILED}
-        profiler = Profiler.start(args.profile, f"serve-{name}-{level}", pids, args.profile_format,
-                                  names=tuple(PROFILED.values()))
+        if settle(servers) is None:
+            progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; profiling anyway")
+        targets = flame_targets(server.pids())
+        profiler = Profiler.start(args.profile, f"serve-{name}-{level}", targets, args.profile_format,
+                                  names=tuple(targets))
         try:
             run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
         finally:
             files = profiler.stop()
         problems += check(f"{name} (profiled)", level, run["results"])
+        if not files:
+            problems.append(f"{name}: no flame graph was written (py-spy could not attach?)")
         progress(f"profiled {name} at c={level}: {', '.join(str(f) for f in files) or 'no flame graph written'}")
     return problems
 

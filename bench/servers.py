@@ -78,9 +78,17 @@ class Server:
             out[label] = out.get(label, 0.0) + seconds
         return out
 
-    def pids(self) -> dict[str, int]:
-        """The tree's processes by label (``process_label``), one pid each (the last found of a label)."""
-        return {process_label(pid): pid for pid in (process_tree_cpu(self.proc.pid) if self.proc else {})}
+    def pids(self) -> dict[str, list[int]]:
+        """The tree's working processes by label (``process_label``): a process whose child has its label
+        (a supervisor of several gateway processes) is left out."""
+        tree = process_tree_cpu(self.proc.pid) if self.proc else {}
+        labels = {pid: process_label(pid) for pid in tree}
+        supervisors = {parent_pid(pid) for pid in tree if labels.get(parent_pid(pid)) == labels[pid]}
+        out: dict[str, list[int]] = {}
+        for pid in sorted(tree):
+            if pid not in supervisors:
+                out.setdefault(labels[pid], []).append(pid)
+        return out
 
     def stop(self) -> None:
         """SIGTERM (each server stops its own children), then the process group if it lingers."""
@@ -92,6 +100,14 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)  # its own group (setpgrp in _die_with_parent)
             self.proc.wait()
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of ``pid`` (0 once it exited)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def process_label(pid: int) -> str:

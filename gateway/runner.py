@@ -159,11 +159,12 @@ class Run:
             out.append(tail)
             yield Last(b"".join(out))
         except FAILURES as exc:  # the stream ends here
-            cancel = cancel and not (self.resumable and isinstance(exc, Dropped))
             out += (fail(exc), tail)
             yield Last(b"".join(out))
         finally:
-            await self._release(cancel and not finished)
+            # a run the relay dropped (slow, shutdown) whose client resumes goes on: whether the drop
+            # ended this body with Dropped or, while it waited on a slow client, by cancelling it
+            await self._release(cancel and not finished and not (self.resumable and self.sub.ended.is_set()))
 
     async def collect(self, request: Request) -> ApiError | None:
         """Relay to the end (cancelled if the client leaves); None when it completed."""

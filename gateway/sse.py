@@ -65,6 +65,8 @@ class EventStreamResponse(StreamingResponse):
     async def stream_response(self, send: Any) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         async for chunk in self.body_iterator:
+            if not isinstance(chunk, bytes | memoryview):
+                chunk = chunk.encode(self.charset)
             if isinstance(chunk, Last):
                 await send({"type": "http.response.body", "body": chunk, "more_body": False})
                 return
@@ -77,8 +79,8 @@ class EventStreamResponse(StreamingResponse):
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal started, finished
             started = True
+            await send(message)  # finished once sent: a send cancelled while it waits wrote nothing
             finished = finished or (message["type"] == "http.response.body" and not message.get("more_body"))
-            await send(message)
 
         body = asyncio.create_task(self.stream_response(tracked))
         gone = asyncio.create_task(self.listen_for_disconnect(receive))

@@ -58,7 +58,8 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("httpx").setLevel(max(root.level, logging.WARNING))  # a line per request it makes
+    # httpx logs a line per request it makes: not at INFO
+    logging.getLogger("httpx").setLevel(logging.WARNING if root.level == logging.INFO else logging.NOTSET)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True

@@ -126,8 +126,33 @@ def test_a_servers_processes_are_found_by_label_for_its_flame_graphs(tmp_path) -
         deadline = time.monotonic() + 30
         while "worker decode" not in server.pids() and time.monotonic() < deadline:
             time.sleep(0.05)  # the interpreter is up and runs its own command line
-        assert server.pids() == {"worker decode": server.proc.pid}
-        assert {serve.PROFILED[label] for label in server.pids()} == {"decode"}  # its flame graph's name
+        assert server.pids() == {"worker decode": [server.proc.pid]}
+        assert serve.flame_targets(server.pids()) == {"decode": server.proc.pid}  # its flame graph's name
     finally:
         server.proc.kill()
+        server.proc.wait()
+
+
+def test_several_processes_of_one_label_get_a_flame_graph_each() -> None:
+    assert serve.flame_targets({"gateway": [11, 12], "worker parser": [13], "valkey-server": [14]}) == {
+        "gateway-1": 11, "gateway-2": 12, "parser": 13}
+
+
+def test_a_supervisor_of_processes_of_its_own_label_is_left_out(tmp_path) -> None:
+    """``turnstream up`` with several gateway processes: a supervisor and its children all read as
+    "gateway"; the children serve, so they are the ones profiled."""
+    child = ("import subprocess, sys, time\n"
+             "procs = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '-m', 'turnstream.cli',"
+             " 'gateway']) for _ in range(2)]\n"
+             "print(flush=True)\ntime.sleep(60)")
+    server = Server("supervised", [sys.executable, "-c", child, "-m", "turnstream.cli", "gateway"], dict(os.environ))
+    server.start(tmp_path / "supervised.log")
+    try:
+        deadline = time.monotonic() + 30
+        while len(server.pids().get("gateway", [])) != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = server.pids()["gateway"]
+        assert len(found) == 2 and server.proc.pid not in found
+    finally:
+        os.killpg(server.proc.pid, 9)
         server.proc.wait()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +16,10 @@ class DroppedSubscription:
     """A subscription the relay dropped (a slow client) before any event."""
 
     last_id = "0-0"
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+        self.ended.set()
 
     def backlog(self) -> bool:
         return False

@@ -115,6 +115,48 @@ async def test_a_stream_that_ends_before_its_session_cancels_it(sub: Any, body: 
     assert out == body and ops.cancelled == cancelled and relay.subs == []
 
 
+class StalledSubscription:
+    """One event, then nothing: the client reads no more (a slow client), and the relay drops it."""
+
+    last_id = "1-1"
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+
+    def backlog(self) -> bool:
+        return False
+
+    async def frames(self, idle_s: float | None = None) -> AsyncIterator[Any]:
+        yield SimpleNamespace(event="an event")
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(("resumable", "cancelled"), [(True, []), (False, [("s1", 0)])])
+async def test_a_run_dropped_while_its_client_stalls_goes_on_only_when_its_client_resumes(
+        resumable: bool, cancelled: list) -> None:
+    """The relay drops a slow subscriber (its ``ended`` set) while the body waits to send to the client:
+    the response cancels the body, which never sees ``Dropped``.  A stored response's client resumes
+    from the store, so its session goes on; any other stops generating."""
+    ops, relay, sub = CancelRecordingOps(), RecordingRelay(), StalledSubscription()
+    relay.subs.append(sub)
+    body = Run(SimpleNamespace(ops=ops, relay=relay), sub, "s1", Streaming(2), resumable=resumable).stream(
+        str.encode, lambda exc: b"failed")
+    sending = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in body:
+            sending.set()
+            await asyncio.Event().wait()  # the send to a client that reads nothing
+
+    task = asyncio.create_task(consume())
+    await sending.wait()
+    sub.ended.set()  # the relay dropped it ...
+    task.cancel()  # ... and the response ends the body it waits on
+    await asyncio.gather(task, return_exceptions=True)
+    await body.aclose()
+    assert ops.cancelled == cancelled and relay.subs == []
+
+
 class QueuedSubscription:
     """Events that arrive in bursts: ``bursts`` lists how many were queued together (the relay read
     them in one round while the stream was writing)."""
@@ -163,6 +205,30 @@ async def test_events_already_queued_go_out_in_one_write_and_a_lone_event_at_onc
     out = [chunk async for chunk in run.stream(str.encode, lambda exc: b"failed", tail=b" [DONE]")]
     assert out == [b"head ", b"e1 ", b"e2 e3 e4 ", b"e5 ", b"e6 e7 tail [DONE]"]  # the head before any event
     assert [isinstance(chunk, Last) for chunk in out] == [False] * 4 + [True]  # the end of the body goes with it
+
+
+async def test_a_last_send_that_never_went_out_still_ends_the_body() -> None:
+    """The relay drops the run (``abort``) while its last bytes wait for a slow client: the body
+    still gets its end, as when any other send was cut short."""
+    abort = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield Last(b"the end")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message.get("body"):  # waits for the client to read, which it never does
+            abort.set()
+            await asyncio.Event().wait()
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    await EventStreamResponse(body(), abort=abort)({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 async def test_a_body_whose_last_bytes_are_marked_ends_in_one_send_and_is_closed() -> None:
