@@ -16,6 +16,13 @@ with an ``error`` event, code ``context_length_exceeded``.
     prompt >= limit                              -> 400 context_length_exceeded
     prompt + max_tokens > limit, max_tokens sent -> 400 context_length_exceeded
     otherwise                                    -> max_tokens, lowered to the room left when not sent
+
+The rendered prompt is not tokenised when its length alone shows that it fits: an ASCII text of n
+characters is at most n + ``BOUND_SLACK`` tokens (every token of every tokenizer family spells at
+least one character, or one byte; ASCII is never expanded by a normalizer; the slack covers a
+prefix a tokenizer adds, such as SentencePiece's leading space), so when that plus max_tokens is
+within the limit the answer is max_tokens, whatever the exact count.  A prompt with other text, or
+one this long, is counted.
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ def _limit(beat: bytes) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+BOUND_SLACK = 8  # tokens a tokenizer may add to an ASCII text beyond one per character (see the module doc)
+
+
 class PromptMeter:
     """Prompt tokens as the decoders count them (None when the model has no tokenizer here)."""
 
@@ -90,18 +100,23 @@ class PromptMeter:
         self._tokenizer: ChatTokenizer | None = None
         self._unavailable = False
 
-    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "") -> int | None:
-        """Tokens of the rendered prompt; raises ``PromptError`` when the template rejects it."""
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
+              enough: int | None = None) -> int | None:
+        """Tokens of the rendered prompt; raises ``PromptError`` when the template rejects it.  With
+        ``enough``: an upper bound instead, when one that is at most ``enough`` can be had without
+        tokenising (see the module doc)."""
         tok = self._load()
         if tok is None:
             return None
         try:
-            text = tok.render(messages, tools or None, add_generation_prompt=True)
+            text = tok.render(messages, tools or None, add_generation_prompt=True) + prefill
         except PromptError:
             raise
         except Exception as exc:  # the model's template, run over the client's conversation, may raise anything
             raise PromptError(f"the chat template cannot render the conversation: {exc}") from exc
-        return len(tok.encode(text + prefill))
+        if enough is not None and len(text) + BOUND_SLACK <= enough and text.isascii():
+            return len(text) + BOUND_SLACK
+        return len(tok.encode(text))
 
     @property
     def loaded(self) -> bool:
@@ -132,8 +147,8 @@ class ContextCheck:
         limit = await self.limits.get()
         if limit is None:
             return max_tokens
-        try:
-            n = await self.count(messages, tools, prefill)
+        try:  # a bound suffices when the request fits with it (the answer is the same)
+            n = await self.count(messages, tools, prefill, enough=limit - max_tokens)
         except PromptError as exc:
             raise ApiError(400, f"messages: {exc}", param="messages", code="invalid_prompt") from None
         if n is None:
@@ -142,16 +157,17 @@ class ContextCheck:
             raise too_long(limit, n, max_tokens if sent else None)
         return min(max_tokens, limit - n)
 
-    async def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "") -> int | None:
-        """The prompt's tokens (``PromptMeter.count``: None without a tokenizer here; ``PromptError`` when
-        the template rejects the conversation).  A short prompt is measured right here: that takes less
+    async def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
+                    enough: int | None = None) -> int | None:
+        """The prompt's tokens, or a bound of them at most ``enough`` (``PromptMeter.count``: None without a
+        tokenizer here; ``PromptError`` when the template rejects the conversation).  A short prompt is measured right here: that takes less
         than handing it to a thread (~0.2 µs a character); a long one, or the first, which loads the
         tokenizer, off the event loop, one at a time."""
         short = prompt_chars(messages, tools, prefill) <= SHORT_PROMPT_CHARS
         if short and self.meter.loaded and not self._meter_lock.locked():
-            return self.meter.count(messages, tools, prefill)  # no await: no thread can start meanwhile
+            return self.meter.count(messages, tools, prefill, enough)  # no await: no thread can start meanwhile
         async with self._meter_lock:
-            return await asyncio.to_thread(self.meter.count, messages, tools, prefill)
+            return await asyncio.to_thread(self.meter.count, messages, tools, prefill, enough)
 
 
 def tokenizer_unavailable(route: str) -> ApiError:

@@ -25,3 +25,60 @@ async def test_counts_with_the_models_template_or_says_it_cannot(r, tmp_path: Pa
     assert await ContextCheck(r, str(tmp_path)).count(USER, []) is None  # no tokenizer here
     err = tokenizer_unavailable("count_tokens")
     assert err.status == 501 and err.code == "tokenizer_unavailable"
+
+
+def test_a_prompt_that_fits_by_its_length_alone_is_not_tokenised(monkeypatch) -> None:
+    """The context check's bound (``enough``): an ASCII prompt whose length shows that it fits is not
+    tokenised, and the bound it gets is at least the count; any other is counted exactly."""
+    from gateway.context import BOUND_SLACK, PromptMeter
+    from runtime.chat_template import ChatTokenizer
+
+    meter = PromptMeter(str(MODEL))
+    exact = meter.count(USER, [])
+    text = meter._load().render(USER, None, add_generation_prompt=True)
+    encoded: list[str] = []
+    real = ChatTokenizer.encode
+    monkeypatch.setattr(ChatTokenizer, "encode", lambda self, t: encoded.append(t) or real(self, t))
+    bound = meter.count(USER, [], enough=10_000)
+    assert bound == len(text) + BOUND_SLACK >= exact and encoded == []
+    assert meter.count(USER, [], enough=len(text)) == exact and len(encoded) == 1  # the bound would not fit
+    accented = [{"role": "user", "content": "Qu'il fait beau à Paris"}]
+    assert meter.count(accented, [], enough=10_000) == meter.count(accented, []) and len(encoded) == 3
+
+
+def _families() -> dict[str, object]:
+    """Tokenizers of the families a served model may use, trained here from nothing on a little English."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from training.tokenizer import train_tokenizer
+
+    corpus = ["What's the weather in Paris today? It is 21 degrees.", "def f(x):\n    return x * 2  # twice",
+              "<|im_start|>user\nBook a table for 2 at 19:00<|im_end|>", "{\"city\": \"Oslo\", \"days\": [1, 2, 3]}"] * 20
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    unigram = Tokenizer(models.Unigram())  # SentencePiece's: a leading "▁" for each word, the text's first included
+    unigram.normalizer = normalizers.NFKC()
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    unigram.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=200, unk_token="<unk>",
+                                                                special_tokens=["<unk>"]))
+    return {"byte-level BPE": train_tokenizer(corpus, vocab_size=400), "WordPiece": wordpiece, "Unigram": unigram}
+
+
+def test_an_ascii_text_is_at_most_a_token_per_character_and_the_slack() -> None:
+    """The bound's premise, on every tokenizer family, over random ASCII text (control characters,
+    runs of spaces and digits, words it never saw)."""
+    import random
+
+    from gateway.context import BOUND_SLACK
+
+    rng = random.Random(7)
+    alphabet = [chr(i) for i in range(128)]
+    texts = ["", " ", "  leading", "\n\n\t", "9" * 40, "Paris " * 30, "<|im_start|>"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 200))) for _ in range(300)]
+    for family, tok in _families().items():
+        for text in texts:
+            n = len(tok.encode(text, add_special_tokens=False).ids)
+            assert n <= len(text) + BOUND_SLACK, (family, text, n)
