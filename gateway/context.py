@@ -18,11 +18,14 @@ with an ``error`` event, code ``context_length_exceeded``.
     otherwise                                    -> max_tokens, lowered to the room left when not sent
 
 The rendered prompt is not tokenised when its length alone shows that it fits: an ASCII text of n
-characters is at most n + ``BOUND_SLACK`` tokens (every token of every tokenizer family spells at
-least one character, or one byte; ASCII is never expanded by a normalizer; the slack covers a
-prefix a tokenizer adds, such as SentencePiece's leading space), so when that plus max_tokens is
-within the limit the answer is max_tokens, whatever the exact count.  A prompt with other text, or
-one this long, is counted.
+characters is at most n + ``BOUND_SLACK`` tokens, so when that plus max_tokens is within the limit
+the answer is max_tokens, whatever the exact count.  Why it holds: every token spells at least one
+character or byte; the tokenizer's added tokens are split out first and each of the pieces between
+them is normalised and pre-tokenised alone, which may prefix it (SentencePiece's leading "▁": one
+token more per piece), so the bound is taken only for a tokenizer whose added tokens are all two
+characters or more (each absorbs the prefix of the piece after it) and whose normalizer never makes
+ASCII longer (``bound_holds``); the slack covers the first piece's prefix.  A prompt with other text,
+one this long, or another tokenizer is counted.
 """
 
 from __future__ import annotations
@@ -90,6 +93,30 @@ def _limit(beat: bytes) -> int | None:
 
 
 BOUND_SLACK = 8  # tokens a tokenizer may add to an ASCII text beyond one per character (see the module doc)
+_NEVER_LONGER = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents", "BertNormalizer", "Prepend"}
+
+
+def bound_holds(tokenizer: Any) -> bool:
+    """Whether an ASCII text of n characters is at most n + ``BOUND_SLACK`` tokens of ``tokenizer`` (a
+    ``tokenizers.Tokenizer``; see the module doc): its added tokens all two characters or more, its
+    normalizer of the kinds that never make ASCII longer (a ``Replace`` only by something no longer)."""
+    if any(len(t.content) < 2 for t in tokenizer.get_added_tokens_decoder().values()):
+        return False
+    todo = [json.loads(tokenizer.to_str()).get("normalizer")]
+    while todo:
+        norm = todo.pop()
+        if norm is None:
+            continue
+        kind = norm.get("type")
+        if kind == "Sequence":
+            todo += norm.get("normalizers", [])
+        elif kind == "Replace":
+            pattern = norm.get("pattern", {})
+            if "String" not in pattern or len(norm.get("content", "")) > len(pattern["String"]):
+                return False  # a regex may match one character; a longer replacement grows the text
+        elif kind not in _NEVER_LONGER:
+            return False  # a precompiled character map, or a kind not known here
+    return True
 
 
 class PromptMeter:
@@ -99,6 +126,7 @@ class PromptMeter:
         self.model_dir = model_dir
         self._tokenizer: ChatTokenizer | None = None
         self._unavailable = False
+        self._bound_holds: bool | None = None  # ``bound_holds`` of the tokenizer, once loaded
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
               enough: int | None = None) -> int | None:
@@ -114,9 +142,14 @@ class PromptMeter:
             raise
         except Exception as exc:  # the model's template, run over the client's conversation, may raise anything
             raise PromptError(f"the chat template cannot render the conversation: {exc}") from exc
-        if enough is not None and len(text) + BOUND_SLACK <= enough and text.isascii():
+        if enough is not None and len(text) + BOUND_SLACK <= enough and text.isascii() and self._bounded(tok):
             return len(text) + BOUND_SLACK
         return len(tok.encode(text))
+
+    def _bounded(self, tok: ChatTokenizer) -> bool:
+        if self._bound_holds is None:
+            self._bound_holds = bound_holds(tok.tokenizer)
+        return self._bound_holds
 
     @property
     def loaded(self) -> bool:
@@ -148,7 +181,7 @@ class ContextCheck:
         if limit is None:
             return max_tokens
         try:  # a bound suffices when the request fits with it (the answer is the same)
-            n = await self.count(messages, tools, prefill, enough=limit - max_tokens)
+            n = await self.count(messages, tools, prefill, enough=limit - max(max_tokens, 1))
         except PromptError as exc:
             raise ApiError(400, f"messages: {exc}", param="messages", code="invalid_prompt") from None
         if n is None:
@@ -159,8 +192,8 @@ class ContextCheck:
 
     async def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
                     enough: int | None = None) -> int | None:
-        """The prompt's tokens, or a bound of them at most ``enough`` (``PromptMeter.count``: None without a
-        tokenizer here; ``PromptError`` when the template rejects the conversation).  A short prompt is measured right here: that takes less
+        """The prompt's tokens, or a bound of them at most ``enough`` (``PromptMeter.count``: None
+        without a tokenizer here; ``PromptError`` when the template rejects the conversation).  A short prompt is measured right here: that takes less
         than handing it to a thread (~0.2 µs a character); a long one, or the first, which loads the
         tokenizer, off the event loop, one at a time."""
         short = prompt_chars(messages, tools, prefill) <= SHORT_PROMPT_CHARS

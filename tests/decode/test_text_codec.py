@@ -25,10 +25,30 @@ def test_the_backend_decodes_as_transformers_does() -> None:
         assert codec.decode(case) == tok.decode(case, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def test_a_tokenizer_without_a_backend_decodes_with_its_own() -> None:
-    class SlowTokenizer:
-        def decode(self, ids: list[int], **kw: object) -> str:
-            return "|".join(map(str, ids)) + repr(sorted(kw.items()))
+def test_a_tokenizer_that_decodes_in_python_too_keeps_its_decode() -> None:
+    """A subclass that changes the decoded text (as CodeGen's cuts it at a pattern), and vLLM's wrappers
+    around a plain fast tokenizer, which do not."""
+    from transformers import AutoTokenizer
 
-    assert _TextCodec(SlowTokenizer()).decode([1, 2]) == "1|2" + repr(
-        [("clean_up_tokenization_spaces", False), ("skip_special_tokens", False)])
+    base = type(AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR)))
+
+    class Cutting(base):  # type: ignore[misc, valid-type]
+        def _decode(self, *args: object, **kw: object) -> str:
+            return super()._decode(*args, **kw)[:3]
+
+    cutting = Cutting.from_pretrained(str(DEFAULT_MODEL_DIR))
+    assert _TextCodec(cutting)._backend is None and len(_TextCodec(cutting).decode(list(range(40)))) == 3
+
+    class TokenizerPoolQwen2Tokenizer(base):  # type: ignore[misc, valid-type]  # as vLLM names its wrapper
+        def decode(self, *args: object, **kw: object) -> str:
+            return super().decode(*args, **kw)
+
+    assert _TextCodec(TokenizerPoolQwen2Tokenizer.from_pretrained(str(DEFAULT_MODEL_DIR)))._backend is not None
+
+
+def test_a_tokenizer_without_a_backend_decodes_with_its_own() -> None:
+    class MistralLike:  # not transformers': it takes no clean_up_tokenization_spaces
+        def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+            return "|".join(map(str, ids)) + f" {skip_special_tokens}"
+
+    assert _TextCodec(MistralLike()).decode([1, 2]) == "1|2 False"

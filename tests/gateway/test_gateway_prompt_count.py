@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.context import ContextCheck, tokenizer_unavailable
+from gateway.context import BOUND_SLACK, ContextCheck, tokenizer_unavailable
 from runtime.chat_template import PromptError
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-agent"
@@ -57,14 +57,21 @@ def _families() -> dict[str, object]:
     wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
     wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wordpiece.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    wordpiece.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"],
+                                                                    show_progress=False))
     unigram = Tokenizer(models.Unigram())  # SentencePiece's: a leading "▁" for each word, the text's first included
     unigram.normalizer = normalizers.NFKC()
     unigram.pre_tokenizer = pre_tokenizers.Metaspace()
     unigram.decoder = decoders.Metaspace()
     unigram.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=200, unk_token="<unk>",
-                                                                special_tokens=["<unk>"]))
-    return {"byte-level BPE": train_tokenizer(corpus, vocab_size=400), "WordPiece": wordpiece, "Unigram": unigram}
+                                                                special_tokens=["<unk>"], show_progress=False))
+    llama2 = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))  # Llama 2's: a "▁" before every piece
+    llama2.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    llama2.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    llama2.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+                                                           initial_alphabet=["▁"], show_progress=False))
+    return {"byte-level BPE": train_tokenizer(corpus, vocab_size=400), "WordPiece": wordpiece, "Unigram": unigram,
+            "Llama 2-like": llama2}
 
 
 def test_an_ascii_text_is_at_most_a_token_per_character_and_the_slack() -> None:
@@ -72,13 +79,71 @@ def test_an_ascii_text_is_at_most_a_token_per_character_and_the_slack() -> None:
     runs of spaces and digits, words it never saw)."""
     import random
 
-    from gateway.context import BOUND_SLACK
+    from gateway.context import BOUND_SLACK, bound_holds
 
     rng = random.Random(7)
     alphabet = [chr(i) for i in range(128)]
-    texts = ["", " ", "  leading", "\n\n\t", "9" * 40, "Paris " * 30, "<|im_start|>"]
+    texts = ["", " ", "  leading", "\n\n\t", "9" * 40, "Paris " * 30, "<|im_start|>", "</s>x" * 40, "<s></s>" * 20]
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 200))) for _ in range(300)]
     for family, tok in _families().items():
+        assert bound_holds(tok), family
         for text in texts:
             n = len(tok.encode(text, add_special_tokens=False).ids)
             assert n <= len(text) + BOUND_SLACK, (family, text, n)
+
+
+def test_the_bound_is_not_taken_for_a_tokenizer_it_may_not_hold_for() -> None:
+    """A one-character added token after which each piece gets a prefix, a normalizer that lengthens
+    ASCII, a precompiled character map: the prompt is counted."""
+    from tokenizers import AddedToken, Tokenizer, models, normalizers
+
+    from gateway.context import bound_holds
+
+    def tok(normalizer: object = None, added: str | None = None) -> Tokenizer:
+        t = Tokenizer(models.BPE(unk_token="<unk>"))
+        t.add_special_tokens(["<unk>"] + ([AddedToken(added, special=True)] if added else []))
+        t.normalizer = normalizer
+        return t
+
+    assert bound_holds(tok()) and bound_holds(tok(normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])))
+    assert bound_holds(tok(normalizers.Replace(" ", "▁")))  # one for one
+    assert not bound_holds(tok(added="\n"))
+    assert not bound_holds(tok(normalizers.Replace("a", "aaa")))
+    assert not bound_holds(tok(normalizers.Sequence([normalizers.NFC(), normalizers.Replace("a", "ab")])))
+
+
+    class Precompiled:  # a SentencePiece character map, as its tokenizer.json spells it
+        def get_added_tokens_decoder(self) -> dict:
+            return {}
+
+        def to_str(self) -> str:
+            return '{"normalizer": {"type": "Precompiled", "precompiled_charsmap": "AAAA"}}'
+
+    assert not bound_holds(Precompiled())
+
+
+async def test_the_context_check_answers_the_same_with_the_bound() -> None:
+    """At the bound's edge, for a max_tokens sent and one not sent: the same answer as the exact count,
+    with no tokenising where the bound fits."""
+    from types import SimpleNamespace
+
+    from runtime.chat_template import ChatTokenizer
+
+    check = ContextCheck(None, str(MODEL))  # type: ignore[arg-type]
+    text = check.meter._load().render(USER, None, add_generation_prompt=True)
+    exact = check.meter.count(USER, [])
+    calls: list[str] = []
+    real = ChatTokenizer.encode
+    ChatTokenizer.encode = lambda self, t: calls.append(t) or real(self, t)  # type: ignore[method-assign]
+    try:
+        for limit in (len(text) + BOUND_SLACK + 100, len(text) + BOUND_SLACK + 99):  # fits by the bound, or not
+            async def get() -> int:
+                return limit
+
+            check.limits = SimpleNamespace(get=get)
+            for sent in (True, False):
+                before = len(calls)
+                assert await check.fits(USER, [], max_tokens=100, sent=sent) == min(100, limit - exact)
+                assert len(calls) - before == (0 if limit == len(text) + BOUND_SLACK + 100 else 1)
+    finally:
+        ChatTokenizer.encode = real  # type: ignore[method-assign]
