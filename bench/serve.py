@@ -3,7 +3,7 @@ through ``turnstream up`` on the native engine, with the same streaming client.
 
     turnstream bench serve [--out DIR] [--concurrency 1,4,32] [--requests 2] [--rounds 2] [--max-tokens 128]
                            [--servers vllm-server,turnstream-vllm,turnstream-native] [--vllm-args JSON]
-                           [--profile [DIR]]
+                           [--profile [DIR]] [--split]
 
 Each server is started once (``bench.servers``) and the concurrency levels run interleaved, round by
 round, so that load from other processes hits all of them alike.  A level sends ``--requests`` x
@@ -59,6 +59,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     help="after the measured rounds, one more run at the top level per server, not counted, with "
                          "py-spy flame graphs of its serving processes (default dir: %(const)s)")
     ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
+    ap.add_argument("--split", action="store_true",
+                    help="after the measured rounds, one-token requests at the top level per server, not counted: "
+                         "its CPU per request and per further token, apart")
     args = ap.parse_args(argv)
     if args.profile:
         try:
@@ -245,6 +248,29 @@ def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
     return problems
 
 
+def check_one_token(name: str, level: int, results: list[dict[str, Any]]) -> list[str]:
+    """Every one-token request (``--split``) got an answer that reports its one token (a token that is
+    not a whole character yet streams no text)."""
+    return [f"{name} at concurrency {level}, one-token request {i}: {r.get('error') or 'no usage of one token'}"
+            for i, r in enumerate(results) if r.get("error") or not (r["usage"] and r["tokens"] == 1)]
+
+
+def _split(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``--split``: per server, one-token requests at the top level (uncounted), and their CPU per request
+    by process."""
+    level, out, problems = max(args.levels), {}, []
+    for name, server in servers.items():
+        if settle(servers) is None:
+            progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
+        n = args.requests * level
+        run = asyncio.run(run_level(server, level, n, 1))
+        problems += check_one_token(name, level, run["results"])
+        out[name] = {"requests": n, "cpu_ms_per_request_by_process": {k: round(1e3 * v / n, 3)
+                                                                      for k, v in run["cpu_by_process"].items()}}
+        progress(f"one-token requests, {name} at c={level}: {1e3 * run['cpu_s'] / n:.2f} ms of CPU a request")
+    return out, problems
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     with tempfile.TemporaryDirectory(prefix="ts-bench-serve-") as tmp:
@@ -252,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             servers = _start_all(args, Path(tmp))
             summary, problems = _measure(args, servers)
+            split: dict[str, dict[str, Any]] = {}
+            if args.split:
+                split, found = _split(args, servers)
+                problems += found
             if args.profile:
                 problems += _profile(args, servers)
         finally:
@@ -259,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
     met = goals(summary, args.levels)
     data = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "summary": summary, "goals": met,
+            "summary": summary, "goals": met, "split": split,
             "problems": problems}
-    out = write_results("serve", args.out, data, table(summary, args.levels, met))
+    out = write_results("serve", args.out, data, table(summary, args.levels, met, split))
     plot(out / "serve.png", summary, args.levels)
     progress(f"wrote {out}/serve.{{json,md,png}}")
     return verdict("serve", problems)

@@ -63,7 +63,32 @@ def pipeline_line(summary: Summary, top: int) -> str:
             + f") against vLLM's API server {api:.0f} µs: goal {'met' if total <= api else 'MISSED'}")
 
 
-def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
+def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) -> str:
+    """Each server's CPU per request (``--split``'s one-token requests) and per further token (the
+    measured run at ``top`` less that, over its other tokens): around vLLM's engine, the API server
+    against turnstream's pipeline, process by process; "" without a split."""
+    lines = []
+    for name, one in split.items():
+        main = summary.get(name, {}).get(top)
+        if main is None or not one.get("requests"):
+            continue
+        tokens = main["tokens"] / main["requests"]  # a measured request's tokens, on average
+        labels = (API_SERVER,) if name == REFERENCE else PIPELINE
+        fixed = {k: one["cpu_ms_per_request_by_process"].get(k, 0.0) for k in labels}
+        extra = {k: 1e3 * (main["cpu_ms_per_token_by_process"].get(k, 0.0) * tokens - fixed[k]) / max(tokens - 1, 1)
+                 for k in labels}
+        parts = ", ".join(f"{k} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
+        what = {REFERENCE: "vLLM's API server", "turnstream-native": "the pipeline (its decoder runs the model)"}.get(
+            name, "the pipeline")
+        lines.append(f"- {name}: {what} {sum(fixed.values()):.2f} ms a request + {sum(extra.values()):.0f} µs a "
+                     f"further token" + (f" ({parts})" if len(labels) > 1 else ""))
+    if not lines:
+        return ""
+    return (f"CPU per request and per further token at {top} (`--split`: one-token requests, uncounted, beside "
+            f"the measured ones):\n\n" + "\n".join(lines))
+
+
+def table(summary: Summary, levels: list[int], met: dict[str, Any], split: dict[str, dict[str, Any]] | None = None) -> str:
     top = max(levels)
     headers = ["server"] + [f"TTFT p50 / p90 ms @{c}" for c in levels]
     headers += [f"tok/s @{top}", "CPU ms / token (tree)", f"TTFT p50 vs vLLM server @{'/'.join(map(str, levels))}",
@@ -90,6 +115,8 @@ def table(summary: Summary, levels: list[int], met: dict[str, Any]) -> str:
                                             if v >= 0.0005)
     if line := pipeline_line(summary, top):
         text += "\n\n" + line
+    if split and (lines := split_lines(summary, split, top)):
+        text += "\n\n" + lines
     text += "\n\nThe other servers' CPU while each was measured (all levels; each level starts with every server quiet): "
     text += ", ".join(f"{name} {100 * max(s[c].get('background_cores', 0.0) for c in levels):.0f} % of a core at most"
                       for name, s in summary.items()) + "."

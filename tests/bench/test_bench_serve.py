@@ -156,3 +156,28 @@ def test_a_supervisor_of_processes_of_its_own_label_is_left_out(tmp_path) -> Non
     finally:
         os.killpg(server.proc.pid, 9)
         server.proc.wait()
+
+
+def test_the_split_sets_each_request_apart_from_its_tokens() -> None:
+    """``--split``: a one-token request's CPU is the cost per request; the measured requests' CPU beyond
+    it, over their other tokens, the cost per further token."""
+    summary = {"vllm-server": {32: {"tokens": 360, "requests": 10,  # 36 tokens a request
+                                    "cpu_ms_per_token_by_process": {"vllm api server": 0.1, "VLLM::Worker": 0.2}}},
+               "turnstream-vllm": {32: {"tokens": 360, "requests": 10, "cpu_ms_per_token_by_process": {
+                   "worker decode": 0.08, "gateway": 0.06, "valkey-server": 0.02}}}}
+    split = {"vllm-server": {"requests": 64, "cpu_ms_per_request_by_process": {"vllm api server": 2.2}},
+             "turnstream-vllm": {"requests": 64, "cpu_ms_per_request_by_process": {
+                 "worker decode": 2.0, "gateway": 1.6, "valkey-server": 0.6}}}
+    text = serve_report.split_lines(summary, split, 32)
+    assert "- vllm-server: vLLM's API server 2.20 ms a request + 40 µs a further token" in text  # (3.6 - 2.2) / 35
+    assert "- turnstream-vllm: the pipeline 4.20 ms a request + 45 µs a further token" in text  # (5.76 - 4.2) / 35
+    assert "worker decode 2.00 ms + 25 µs" in text and "worker parser 0.00 ms + 0 µs" in text
+    assert serve_report.split_lines(summary, {}, 32) == ""
+
+
+def test_one_token_requests_must_report_their_token() -> None:
+    ok = {"ttft": None, "chars": 0, "tokens": 1, "usage": True, "finish": "length", "error": None}
+    assert serve.check_one_token("native", 32, [ok]) == []
+    problems = serve.check_one_token("native", 32, [{**ok, "usage": False}, {"error": "HTTP 500", "tokens": 0}])
+    assert problems == ["native at concurrency 32, one-token request 0: no usage of one token",
+                        "native at concurrency 32, one-token request 1: HTTP 500"]
