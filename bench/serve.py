@@ -17,6 +17,12 @@ the CPU the other servers used during it is reported (``background_cores``).  Th
 stream text and report its tokens (usage), else the run is void (exit 1).
 Goals: turnstream-vllm TTFT p50 <= 1.1 x vllm-server + 5 ms at every level and throughput >= 0.95 x;
 turnstream-native ahead of vllm-server on both.  Writes ``serve.json``, ``serve.md`` and ``serve.png``.
+
+``--split``: after the measured rounds, one-token requests at the top level (at least 512 a server, not
+counted; each must report its one token in usage, text or not) give each server's CPU per request, and
+the measured requests' CPU beyond it, over their other tokens, its CPU per further token.  ``--profile``:
+then one more run at the top level per server, not counted, with py-spy flame graphs of its serving
+processes (``bench.profile``).
 """
 
 from __future__ import annotations
@@ -262,7 +268,7 @@ def _split(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict[s
     for name, server in servers.items():
         if settle(servers) is None:
             progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
-        n = args.requests * level
+        n = max(8 * args.requests * level, 512)  # /proc counts CPU in 10 ms ticks: enough requests to resolve Valkey's
         run = asyncio.run(run_level(server, level, n, 1))
         problems += check_one_token(name, level, run["results"])
         out[name] = {"requests": n, "cpu_ms_per_request_by_process": {k: round(1e3 * v / n, 3)

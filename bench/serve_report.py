@@ -46,6 +46,7 @@ def same_lengths(summary: Summary, name: str, level: int) -> str:
 
 PIPELINE = ("worker decode", "gateway", "worker parser", "valkey-server")  # around vLLM's engine, on its side
 API_SERVER = "vllm api server"  # what surrounds the same engine in vLLM's own server
+SPLIT_NAMES = {REFERENCE: "vLLM's API server", "turnstream-native": "the pipeline (its decoder runs the model)"}
 
 
 def pipeline_line(summary: Summary, top: int) -> str:
@@ -70,16 +71,15 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
     lines = []
     for name, one in split.items():
         main = summary.get(name, {}).get(top)
-        if main is None or not one.get("requests"):
-            continue
+        if main is None or not one.get("requests") or main["tokens"] <= main["requests"]:
+            continue  # nothing measured, or no further tokens to set apart
         tokens = main["tokens"] / main["requests"]  # a measured request's tokens, on average
         labels = (API_SERVER,) if name == REFERENCE else PIPELINE
         fixed = {k: one["cpu_ms_per_request_by_process"].get(k, 0.0) for k in labels}
         extra = {k: 1e3 * (main["cpu_ms_per_token_by_process"].get(k, 0.0) * tokens - fixed[k]) / max(tokens - 1, 1)
                  for k in labels}
         parts = ", ".join(f"{k} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
-        what = {REFERENCE: "vLLM's API server", "turnstream-native": "the pipeline (its decoder runs the model)"}.get(
-            name, "the pipeline")
+        what = SPLIT_NAMES.get(name, "the pipeline")
         lines.append(f"- {name}: {what} {sum(fixed.values()):.2f} ms a request + {sum(extra.values()):.0f} µs a "
                      f"further token" + (f" ({parts})" if len(labels) > 1 else ""))
     if not lines:
@@ -88,7 +88,8 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
             f"the measured ones):\n\n" + "\n".join(lines))
 
 
-def table(summary: Summary, levels: list[int], met: dict[str, Any], split: dict[str, dict[str, Any]] | None = None) -> str:
+def table(summary: Summary, levels: list[int], met: dict[str, Any],
+          split: dict[str, dict[str, Any]] | None = None) -> str:
     top = max(levels)
     headers = ["server"] + [f"TTFT p50 / p90 ms @{c}" for c in levels]
     headers += [f"tok/s @{top}", "CPU ms / token (tree)", f"TTFT p50 vs vLLM server @{'/'.join(map(str, levels))}",

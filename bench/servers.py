@@ -83,7 +83,8 @@ class Server:
         (a supervisor of several gateway processes) is left out."""
         tree = process_tree_cpu(self.proc.pid) if self.proc else {}
         labels = {pid: process_label(pid) for pid in tree}
-        supervisors = {parent_pid(pid) for pid in tree if labels.get(parent_pid(pid)) == labels[pid]}
+        parents = {pid: parent_pid(pid) for pid in tree}
+        supervisors = {parents[pid] for pid in tree if labels.get(parents[pid]) == labels[pid]}
         out: dict[str, list[int]] = {}
         for pid in sorted(tree):
             if pid not in supervisors:

@@ -193,9 +193,10 @@ class ContextCheck:
     async def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
                     enough: int | None = None) -> int | None:
         """The prompt's tokens, or a bound of them at most ``enough`` (``PromptMeter.count``: None
-        without a tokenizer here; ``PromptError`` when the template rejects the conversation).  A short prompt is measured right here: that takes less
-        than handing it to a thread (~0.2 µs a character); a long one, or the first, which loads the
-        tokenizer, off the event loop, one at a time."""
+        without a tokenizer here; ``PromptError`` when the template rejects the conversation).  A short
+        prompt is measured right here: that takes less than handing it to a thread (~0.2 µs a
+        character); a long one, or the first, which loads the tokenizer, off the event loop, one at a
+        time."""
         short = prompt_chars(messages, tools, prefill) <= SHORT_PROMPT_CHARS
         if short and self.meter.loaded and not self._meter_lock.locked():
             return self.meter.count(messages, tools, prefill, enough)  # no await: no thread can start meanwhile
