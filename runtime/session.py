@@ -109,18 +109,23 @@ class Field:
 
 
 # claim turn T for ME: 1st claim, or take over from a holder we were told is dead; never on a
-# session that is not active (a missing one included: no record is created).
+# session that is not active (a missing one included: no record is created).  ARGV: T, ME, the dead
+# holder, then T's claim, done and attempts fields (``_claim_args``).
 _CLAIM = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'active' then return -4 end
-local holder = redis.call('HGET', KEYS[1], 'claim:' .. ARGV[1])
-if redis.call('HEXISTS', KEYS[1], 'done:' .. ARGV[1]) == 1 then return -1 end
+local holder = redis.call('HGET', KEYS[1], ARGV[4])
+if redis.call('HEXISTS', KEYS[1], ARGV[5]) == 1 then return -1 end
 if (not holder) or holder == ARGV[3] then
-  redis.call('HSET', KEYS[1], 'claim:' .. ARGV[1], ARGV[2], 'owner', ARGV[2], 'turn', ARGV[1])
-  return redis.call('HINCRBY', KEYS[1], 'att:' .. ARGV[1], 1)
+  redis.call('HSET', KEYS[1], ARGV[4], ARGV[2], 'owner', ARGV[2], 'turn', ARGV[1])
+  return redis.call('HINCRBY', KEYS[1], ARGV[6], 1)
 end
 if holder == ARGV[2] then return -2 end
 return -3
 """
+
+
+def _claim_args(turn: int, me: str, dead_holder: str) -> list[Any]:
+    return [turn, me, dead_holder, Field.claim(turn), Field.done(turn), Field.attempts(turn)]
 
 # append turn ARGV[turn]'s conversation entries ARGV[first..last] once (``conv_turn``): shared by
 # ``_APPEND`` and ``_END``, so the conversation has one spelling of its exactly-once append.
@@ -343,7 +348,7 @@ class Sessions:
         pipe = self.r.pipeline(transaction=False)
         pipe.hmget(keys.session(sid), *_RECORD)
         # EVAL with the script's text: never NOSCRIPT, so the reads behind it always follow a claim
-        bus.ScriptCall(self._claim, [keys.session(sid)], [turn, me, "\x00"]).with_text(pipe)
+        bus.ScriptCall(self._claim, [keys.session(sid)], _claim_args(turn, me, "\x00")).with_text(pipe)
         pipe.lrange(keys.messages(sid), 0, -1)
         pipe.xrevrange(keys.tokens(sid), count=1)
         h, n, msgs, rows = await pipe.execute()
@@ -364,7 +369,7 @@ class Sessions:
 
     async def claim_turn(self, sid: str, turn: int, me: str, dead_holder: str = "") -> Claimed:
         """Claim turn ``turn`` for decoder ``me`` (taking it over from ``dead_holder`` if given)."""
-        n = int(await self._claim(keys=[keys.session(sid)], args=[turn, me, dead_holder or "\x00"]))
+        n = int(await self._claim(keys=[keys.session(sid)], args=_claim_args(turn, me, dead_holder or "\x00")))
         return Claimed(Claim.CLAIMED, n) if n > 0 else Claimed(Claim(n))
 
     async def end_turn(self, sid: str, turn: int, attempt: int, token_end: bytes, maxlen: int,

@@ -29,14 +29,14 @@ from runtime import bus, routing
 from runtime.barrier import Arrival
 from runtime.client_calls import ClientResultError, submit_client_result
 from runtime.config import Config
-from runtime.session import SessionInfo, SessionMode, Status, new_sid
+from runtime.session import Field, SessionInfo, SessionMode, Status, new_sid
 from runtime.turns import Turns
 
 log = logging.getLogger(__name__)
 
 # Continue an ended/cancelled session at turn ARGV[2] = ARGV[1] + 1, atomically:
 # KEYS: session hash, messages, token log, event stream.  ARGV: turn, next turn, max_turns, the
-# user message.  Turn ARGV[1] was folded into the conversation when it ended (``runtime.turns``);
+# user message, the turn's done field.  Turn ARGV[1] was folded into the conversation when it ended (``runtime.turns``);
 # a cancelled turn the parser had not finished yet is closed here (``conv_turn``), so its late
 # fold cannot land after the new user message.
 _CONTINUE = """
@@ -47,7 +47,7 @@ if tonumber(redis.call('HGET', KEYS[1], 'conv_turn') or '-1') < tonumber(ARGV[1]
   redis.call('HSET', KEYS[1], 'conv_turn', ARGV[1])
 end
 redis.call('RPUSH', KEYS[2], ARGV[4])
-redis.call('HSETNX', KEYS[1], 'done:' .. ARGV[1], '0')
+redis.call('HSETNX', KEYS[1], ARGV[5], '0')
 redis.call('HSET', KEYS[1], 'status', 'active', 'turn', ARGV[2], 'max_turns', ARGV[3])
 redis.call('HDEL', KEYS[1], 'ended')
 for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
@@ -132,7 +132,7 @@ class SessionOps:
         limit = turn + (max_turns or self.cfg.max_turns)
         after = await bus.last_id(self.r, keys.events(sid))
         await self.turns.fold(sid, info.turn, info)  # already folded when it ended, unless a cancel was first
-        args = [info.turn, turn, limit, json.dumps({"role": "user", "content": content})]
+        args = [info.turn, turn, limit, json.dumps({"role": "user", "content": content}), Field.done(info.turn)]
         ks = [keys.session(sid), keys.messages(sid), keys.tokens(sid), keys.events(sid)]
         if int(await self._continue(keys=ks, args=args)) != 1:
             raise ApiError(409, "the session changed while continuing it; retry", code="session_busy")
