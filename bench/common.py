@@ -58,6 +58,12 @@ def tree_cpu_seconds(root: int) -> float:
 
 def process_tree_cpu(root: int) -> dict[int, float]:
     """CPU seconds (user + system, reaped children included) of ``root`` and each live descendant, by pid."""
+    return {pid: seconds for pid, (_, seconds) in process_tree(root).items()}
+
+
+def process_tree(root: int) -> dict[int, tuple[int, float]]:
+    """``root`` and each live descendant, by pid: its parent's pid and its CPU seconds (user + system,
+    reaped children included)."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -73,7 +79,7 @@ def process_tree_cpu(root: int) -> dict[int, float]:
         children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
         tree.update(children)
         frontier += children
-    return {pid: stats[pid][1] for pid in tree if pid in stats}
+    return {pid: stats[pid] for pid in tree if pid in stats}
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -138,6 +138,12 @@ def settle(servers: dict[str, Server], timeout_s: float = QUIET_TIMEOUT_S) -> fl
     return wait_quiet(lambda: tree_cpu(servers), timeout_s)
 
 
+def settle_before(servers: dict[str, Server], doing: str) -> None:
+    """``settle``, saying so when the servers did not go quiet (``doing`` goes on anyway)."""
+    if settle(servers) is None:
+        progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; {doing} anyway")
+
+
 # --------------------------------------------------------------------------- the run
 def check(name: str, level: int, results: list[dict[str, Any]]) -> list[str]:
     """Every request streamed text, reported its tokens in usage, and finished."""
@@ -200,8 +206,7 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
     for rnd in range(args.rounds):
         for level in args.levels:
             for name, server in servers.items():
-                if settle(servers) is None:
-                    progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
+                settle_before(servers, "measuring")
                 others = {k: v for k, v in servers.items() if k != name}
                 before = tree_cpu(others)
                 run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
@@ -238,8 +243,7 @@ def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
     (``--profile``): what each spends per token, side by side.  Returns the run's problems."""
     level, problems = max(args.levels), []
     for name, server in servers.items():
-        if settle(servers) is None:
-            progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; profiling anyway")
+        settle_before(servers, "profiling")
         targets = flame_targets(server.pids())
         profiler = Profiler.start(args.profile, f"serve-{name}-{level}", targets, args.profile_format,
                                   names=tuple(targets))
@@ -266,9 +270,8 @@ def _split(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict[s
     by process."""
     level, out, problems = max(args.levels), {}, []
     for name, server in servers.items():
-        if settle(servers) is None:
-            progress(f"the servers did not go quiet within {QUIET_TIMEOUT_S:g} s; measuring anyway")
-        n = max(8 * args.requests * level, 512)  # /proc counts CPU in 10 ms ticks: enough requests to resolve Valkey's
+        settle_before(servers, "measuring")
+        n = max(8 * args.requests * level, 512)  # /proc counts CPU in 10 ms ticks: enough to resolve Valkey's
         run = asyncio.run(run_level(server, level, n, 1))
         problems += check_one_token(name, level, run["results"])
         out[name] = {"requests": n, "cpu_ms_per_request_by_process": {k: round(1e3 * v / n, 3)

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import process_tree_cpu, tree_cpu_seconds, vllm_env
+from bench.common import process_tree, process_tree_cpu, tree_cpu_seconds, vllm_env
 from turnstream.embedded import _die_with_parent, free_port
 
 KINDS = ("vllm-server", "turnstream-vllm", "turnstream-native")
@@ -81,10 +81,9 @@ class Server:
     def pids(self) -> dict[str, list[int]]:
         """The tree's working processes by label (``process_label``): a process whose child has its label
         (a supervisor of several gateway processes) is left out."""
-        tree = process_tree_cpu(self.proc.pid) if self.proc else {}
+        tree = process_tree(self.proc.pid) if self.proc else {}
         labels = {pid: process_label(pid) for pid in tree}
-        parents = {pid: parent_pid(pid) for pid in tree}
-        supervisors = {parents[pid] for pid in tree if labels.get(parents[pid]) == labels[pid]}
+        supervisors = {ppid for pid, (ppid, _) in tree.items() if labels.get(ppid) == labels[pid]}
         out: dict[str, list[int]] = {}
         for pid in sorted(tree):
             if pid not in supervisors:
@@ -101,14 +100,6 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)  # its own group (setpgrp in _die_with_parent)
             self.proc.wait()
-
-
-def parent_pid(pid: int) -> int:
-    """The parent of ``pid`` (0 once it exited)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def process_label(pid: int) -> str:

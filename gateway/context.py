@@ -126,7 +126,7 @@ class PromptMeter:
         self.model_dir = model_dir
         self._tokenizer: ChatTokenizer | None = None
         self._unavailable = False
-        self._bound_holds: bool | None = None  # ``bound_holds`` of the tokenizer, once loaded
+        self._bound_holds = False  # ``bound_holds`` of the tokenizer, once loaded
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prefill: str = "",
               enough: int | None = None) -> int | None:
@@ -142,14 +142,9 @@ class PromptMeter:
             raise
         except Exception as exc:  # the model's template, run over the client's conversation, may raise anything
             raise PromptError(f"the chat template cannot render the conversation: {exc}") from exc
-        if enough is not None and len(text) + BOUND_SLACK <= enough and text.isascii() and self._bounded(tok):
+        if enough is not None and self._bound_holds and len(text) + BOUND_SLACK <= enough and text.isascii():
             return len(text) + BOUND_SLACK
         return len(tok.encode(text))
-
-    def _bounded(self, tok: ChatTokenizer) -> bool:
-        if self._bound_holds is None:
-            self._bound_holds = bound_holds(tok.tokenizer)
-        return self._bound_holds
 
     @property
     def loaded(self) -> bool:
@@ -160,6 +155,7 @@ class PromptMeter:
         if self._tokenizer is None and not self._unavailable:
             try:
                 self._tokenizer = ChatTokenizer.from_dir(self.model_dir)
+                self._bound_holds = bound_holds(self._tokenizer.tokenizer)
             except (ModelFilesError, OSError, ValueError) as exc:
                 self._unavailable = True
                 log.warning("gateway: cannot load the tokenizer of %s (%s); prompt lengths are not checked",

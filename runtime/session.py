@@ -127,6 +127,7 @@ return -3
 def _claim_args(turn: int, me: str, dead_holder: str) -> list[Any]:
     return [turn, me, dead_holder, Field.claim(turn), Field.done(turn), Field.attempts(turn)]
 
+
 # append turn ARGV[turn]'s conversation entries ARGV[first..last] once (``conv_turn``): shared by
 # ``_APPEND`` and ``_END``, so the conversation has one spelling of its exactly-once append.
 _FOLD = """

@@ -36,9 +36,9 @@ log = logging.getLogger(__name__)
 
 # Continue an ended/cancelled session at turn ARGV[2] = ARGV[1] + 1, atomically:
 # KEYS: session hash, messages, token log, event stream.  ARGV: turn, next turn, max_turns, the
-# user message, the turn's done field.  Turn ARGV[1] was folded into the conversation when it ended (``runtime.turns``);
-# a cancelled turn the parser had not finished yet is closed here (``conv_turn``), so its late
-# fold cannot land after the new user message.
+# user message, the turn's done field.  Turn ARGV[1] was folded into the conversation when it ended
+# (``runtime.turns``); a cancelled turn the parser had not finished yet is closed here (``conv_turn``),
+# so its late fold cannot land after the new user message.
 _CONTINUE = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= 'ended' and st ~= 'cancelled' then return -1 end
