@@ -3,9 +3,12 @@ and on a 3-master cluster, side by side.
 
 A writer XADDs to S streams (random ones, ``--rate`` entries/s in all); one reader follows them all
 from their cursors.  For every entry: receive time - write time.  Also: the connections the reader
-holds and its CPU time.  The designs:
+holds, its CPU time and the server's (summed over a cluster's masters; the writer's commands
+included, the same on every design).  The designs:
 
 * ``server``   one server: one blocking XREAD over every stream (``runtime.bus.ServerReads``);
+* ``server-tracked``  one server: a tracked connection woken by invalidations, one XREAD of the
+               streams that changed (``runtime.tracked_reads.ServerTrackedReads``, the default);
 * ``tracked``  a cluster: per master, a tracked connection woken by invalidations, pipelined
                XREADs of the streams that changed (``runtime.tracked_reads.ClusterReads``);
 * ``per-slot`` a cluster: one blocking XREAD per stream, each on its own connection -- the only
@@ -20,6 +23,8 @@ import random
 import resource
 import time
 from typing import Any
+
+import redis
 
 from bench.common import markdown_table, percentile, progress, save_figure, verdict, write_results
 from runtime import bus
@@ -69,17 +74,30 @@ async def _per_slot(r: Any, streams: list[str], n: int, lat: list[float]) -> Non
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run(design: str, url: str, sessions: int, n: int, rate: float) -> dict[str, Any]:
+def _server_cpu(urls: list[str]) -> float:
+    """Seconds of CPU the servers (a cluster's masters) spent so far."""
+    total = 0.0
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        try:
+            info = client.info("cpu")
+        finally:
+            client.close()
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
+async def run(design: str, url: str, sessions: int, n: int, rate: float, servers: list[str]) -> dict[str, Any]:
     r, w = bus.connect(url), bus.connect(url)
     streams = [keys.events(f"{design}-{i}") for i in range(sessions)]  # fresh streams for each design
     for s in streams:
         await bus.add(w, s, repr(time.time()).encode())  # every stream exists; these count too
     lat: list[float] = []
-    cpu0, t0 = _cpu(), time.monotonic()
-    reader = None if design == "per-slot" else bus.many_reader(r)
+    cpu0, server0, t0 = _cpu(), _server_cpu(servers), time.monotonic()
+    reader = None if design == "per-slot" else bus.many_reader(r, tracked=design != "server")
     follow = _per_slot(r, streams, n + sessions, lat) if reader is None else _many(reader, streams, n + sessions, lat)
     await asyncio.gather(follow, _write(w, streams, n, rate))
-    wall, cpu = time.monotonic() - t0, _cpu() - cpu0
+    wall, cpu, server_cpu = time.monotonic() - t0, _cpu() - cpu0, _server_cpu(servers) - server0
     conns = sessions if reader is None else reader.connections  # per-slot: one blocked connection per stream
     if reader is not None:
         await reader.aclose()
@@ -88,7 +106,7 @@ async def run(design: str, url: str, sessions: int, n: int, rate: float) -> dict
     lat = lat[sessions:]
     return {"design": design, "streams": sessions, "entries": n, "received": len(lat), "p50_ms": percentile(lat, 50),
             "p99_ms": percentile(lat, 99), "max_ms": max(lat), "connections": conns,
-            "process_cpu_pct": round(100 * cpu / wall, 1)}
+            "process_cpu_pct": round(100 * cpu / wall, 1), "server_cpu_pct": round(100 * server_cpu / wall, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     with EmbeddedRedis() as server, EmbeddedCluster(3, replicas=0) as c:
-        for design, url in (("server", server.url), ("tracked", c.url), ("per-slot", c.url)):
+        masters = [node.url for node in c.nodes[: c.n_masters]]
+        for design, url, servers in (("server", server.url, [server.url]), ("server-tracked", server.url, [server.url]),
+                                     ("tracked", c.url, masters), ("per-slot", c.url, masters)):
             progress(f"reads: {design}, {args.sessions} streams, {args.entries} entries at {args.rate:g}/s")
-            rows.append(asyncio.run(run(design, url, args.sessions, args.entries, args.rate)))
+            rows.append(asyncio.run(run(design, url, args.sessions, args.entries, args.rate, servers)))
             progress(f"  {rows[-1]}")
     table = markdown_table(["design", "streams", "entries", "p50 ms", "p99 ms", "max ms", "reader connections",
-                            "bench process CPU %"],
+                            "bench process CPU %", "server CPU %"],
                            [[r["design"], r["streams"], r["entries"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-                             r["connections"], r["process_cpu_pct"]] for r in rows])
+                             r["connections"], r["process_cpu_pct"], r["server_cpu_pct"]] for r in rows])
     problems = [f"{r['design']}: {r['received']} of {r['entries']} entries read" for r in rows
                 if r["received"] < r["entries"]]
     out = write_results("reads", args.out, {"rows": rows, "problems": problems}, table)

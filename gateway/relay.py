@@ -1,9 +1,9 @@
 """The event relay: ONE shared stream reader per gateway process, fanning out to bounded
 per-subscriber queues.
 
-    ts:s:{a}:ev ──┐                               ┌─> Subscription(a) ─> client 1
-    ts:s:{b}:ev ──┼── XREAD BLOCK (one task, ─────┼─> Subscription(a) ─> client 2
-    ts:gw:{g}:wake┘   one dedicated connection)   └─> Subscription(b) ─> client 3
+    ts:s:{a}:ev ──┐   XREAD of the streams that   ┌─> Subscription(a) ─> client 1
+    ts:s:{b}:ev ──┼── changed (one task; the ─────┼─> Subscription(a) ─> client 2
+    ts:s:{c}:ev ──┘   server says which: tracking)└─> Subscription(b) ─> client 3
 
 Contracts:
 
@@ -15,11 +15,11 @@ Contracts:
   The subscriber skips any id <= the last one it yielded, so nothing is lost or repeated; and a
   parser event the log holds twice or after its turn's ``session.ended`` (``gateway.frames.Seen``)
   is dropped, a resumed subscription first meeting a page of what its client met before ``after``.
-* **New subscriptions are noticed at once.**  Starting to watch a stream XADDs a token to
-  this process's wake stream, which the reader's blocking XREAD always includes; the
-  reader then re-issues XREAD with the new stream.  The wake cursor is an explicit id, so a
-  wake sent between two XREADs is never lost (on a cluster the wake ends the tracked reader's
-  wait in this process, and is kept until its next wait when none is in progress).
+* **New subscriptions are noticed at once.**  Starting to watch a stream wakes the reader,
+  which then reads with the new stream.  The wake ends the tracked reader's wait in this process
+  and is kept until its next wait when none is in progress; with a blocking read (below) it is a
+  token XADDed to this process's wake stream, which that read always includes from an explicit
+  cursor, so a wake sent between two XREADs is never lost.
 * **Nothing left: the stream ends.**  A subscription to a session that had already ended
   (``session_over``) reads the history to the stream's end and stops there; one whose ``after``
   is at or past the ``session.ended`` it waits for (a future id) stops when that event goes by.
@@ -29,11 +29,12 @@ Contracts:
   resumes with ``after=<the last id it received>``.
 * **Bytes forwarded.**  A frame is the stored event's JSON with its id put in front
   (``gateway.frames``); an event is decoded only where the relay must look inside it.
-* **One server or a cluster.**  The reads are a ``runtime.bus.WakeableRead``: on one server one
-  blocking XREAD over every watched stream and the wake stream; on a Redis Cluster, where one
-  command cannot span slots, a tracked connection per master that the server wakes when a
-  watched stream changes (``runtime.tracked_reads``), and a wake that ends its wait in this
-  process instead of the wake stream.  The contracts above hold on both.
+* **Reads in the streams that changed.**  The reads are a ``runtime.bus.WakeableRead``: a
+  connection whose reads the server tracks, and a listener it tells which watched streams
+  changed (``runtime.tracked_reads``: per master on a Redis Cluster), so a read names those
+  alone, not every watched stream.  A server that refuses tracking (an ACL without ``CLIENT``)
+  gets one blocking XREAD over every watched stream and the wake stream.  The contracts above
+  hold on each.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
                        max_tokens_sent: bool = True) -> tuple[str, Subscription]:
     """Create a oneshot request's session (``create_session``), subscribe to its events from the
     start, and queue its turn: two round trips (the session's writes with the routing lookup, then
-    the relay's wake with the job), shared with whatever other requests send meanwhile."""
+    the job, with the relay's wake where its read blocks in the server), shared with whatever other
+    requests send meanwhile."""
     sid, stream = await asyncio.gather(
         create_session(state, who, plan.messages, plan.tools, client_tools=[t["function"]["name"] for t in plan.tools],
                        params=plan.params, max_tokens_sent=max_tokens_sent, meta=plan.meta),

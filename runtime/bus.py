@@ -23,6 +23,7 @@ from redis.exceptions import (ClusterError, NoScriptError, ResponseError, SlotNo
                                TryAgainError)
 
 from runtime import cluster, mux
+from runtime.tracked_reads import ClusterReads, ServerTrackedReads, TrackingRefused
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -396,34 +397,45 @@ WAKE_TTL_S = 86_400  # a wake stream's TTL, renewed every hour by the wakes
 
 
 class WakeableRead:
-    """ONE blocking read over a changing set of streams, which ``wake()`` interrupts.
+    """ONE read over a changing set of streams, which ``wake()`` interrupts.
 
-    One server: ONE ``read_many`` over the streams and the wake stream (``wake_key``, this reader's
+    By default through ``many_reader``: a reader connection the server tells, through a listener,
+    which streams changed since it read them (``runtime.tracked_reads``), so a read names only
+    those, and a wake ends its wait in this process: no wake stream.  On one server that refuses
+    client tracking (an ACL without ``CLIENT``; said once in the log), or with ``tracked=False``:
+    ONE blocking ``read_many`` over the streams and the wake stream (``wake_key``, this reader's
     own), which is part of every read from an explicit cursor, so a wake sent between two reads is
     never lost: the next read returns at once and the caller re-issues it with its current streams.
     At most one wake is in flight: every wake sent before a read was built is served by that read.
-
-    A cluster: one XREAD cannot span slots (the wake stream's and the sessions'), so the streams are
-    read through ``many_reader`` -- a tracked connection per master, whose wait is in this process
-    (``runtime.tracked_reads``) -- and ``wake()`` ends that wait directly: no wake stream, same
-    contract (a wake while no read waits makes the next one return at once).
+    A cluster's reads are always tracked (one XREAD cannot span slots).
     """
 
     def __init__(self, reader: aioredis.Redis, r: aioredis.Redis, wake_key: str, count: int = 512,
-                 block_ms: int = 5000, batcher: Batcher | None = None) -> None:
+                 block_ms: int = 5000, batcher: Batcher | None = None, tracked: bool = True) -> None:
         self.reader, self.r, self.wake_key = reader, r, wake_key  # ``reader``: this loop's own client
         self.count, self.block_ms = count, block_ms
         self.batcher = batcher or Batcher(r)  # a shared one: a wake leaves with the others' commands
         self._cursor = "0-0"
         self._waking = False
         self._refresh_at = 0.0  # when the wake stream's TTL is next renewed (with a wake)
-        self._tracked = many_reader(reader) if cluster.is_cluster(reader) else None
+        self._tracked = many_reader(reader) if tracked or cluster.is_cluster(reader) else None
+
+    @property
+    def tracked(self) -> bool:
+        """Whether reads are tracked now (see the class doc)."""
+        return self._tracked is not None
 
     async def read(self, streams: Mapping[str, str]) -> list[Entry]:
         """The entries of ``streams`` (stream -> after id) that arrived; returns early on a wake.
         Build ``streams`` in the same step as this call (no await between): that is the hand-over."""
         if self._tracked is not None:
-            got = await self._tracked.read(dict(streams), self.count, self.block_ms)
+            try:
+                got = await self._tracked.read(dict(streams), self.count, self.block_ms)
+            except TrackingRefused as exc:
+                log.warning("%s; reading with a blocking XREAD instead", exc)
+                tracked, self._tracked = self._tracked, None
+                await tracked.aclose()
+                return []  # early: the caller's next read blocks, from its current streams
             return [Entry(stream, _s(eid), fields.get(FIELD, b"")) for stream, rows in got for eid, fields in rows]
         self._waking = False  # a wake from here on interrupts this read
         got = await read_many(self.reader, {self.wake_key: self._cursor, **streams}, self.count, self.block_ms)
@@ -506,17 +518,17 @@ class ServerReads:
         pass
 
 
-def many_reader(r: aioredis.Redis) -> Any:
+def many_reader(r: aioredis.Redis, tracked: bool = True) -> Any:
     """The reader of many streams' new entries after the caller's cursors (XREAD, no group), for
     one task: ``await reader.read({stream: cursor}, count, block_ms) -> [(stream, [(id, fields)])]``
-    (``fields`` a dict), blocking until one of them has entries.  One server: one blocking XREAD
-    (``ServerReads``); a cluster: a tracked connection per master (``runtime.tracked_reads.ClusterReads``,
-    whose wait ``wake()`` ends)."""
+    (``fields`` a dict), blocking until one of them has entries.  Tracked (``runtime.tracked_reads``:
+    a reader and a listener per server or master; a read names only the streams that changed, and
+    ``wake()`` ends its wait): on one server ``ServerTrackedReads``, which raises ``TrackingRefused``
+    when the server does not allow it, on a cluster ``ClusterReads``.  ``tracked=False``, one server
+    only: one blocking XREAD over every stream (``ServerReads``)."""
     if cluster.is_cluster(r):
-        from runtime.tracked_reads import ClusterReads
-
         return ClusterReads(r)
-    return ServerReads(r)
+    return ServerTrackedReads(r) if tracked else ServerReads(r)
 
 
 @dataclass(frozen=True)

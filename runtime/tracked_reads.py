@@ -1,18 +1,25 @@
-"""Reads of many streams on a Redis Cluster: one tracked connection per master, woken by the server.
+"""Reads of many streams, woken by the server: a tracked reader connection and a listener.
 
-On one server, a reader of many sessions' streams blocks in one XREAD over all of them.  On a
-cluster it cannot: a command may only name keys of one slot (``CROSSSLOT``, even when one node
-owns them all), and sessions' streams are spread over the 16384 slots.  So, per master::
+A blocking XREAD over every stream a process follows names them all each time: the server parses
+them, looks each one up, blocks on each and re-runs the whole read when one changes -- per read, work
+in the number of streams followed, not in the number that changed (on one server with 300 sessions
+followed, ~0.5 ms of the server's CPU a read, 80 % of its command time).  On a cluster it cannot even
+be issued: a command may only name keys of one slot (``CROSSSLOT``, even when one node owns them all),
+and sessions' streams are spread over the 16384 slots.  So, per server (per master on a cluster)::
 
-    reader    ── CLIENT TRACKING ON REDIRECT <listener> ── pipelined XREAD (no BLOCK) of its dirty streams
+    reader    ── CLIENT TRACKING ON REDIRECT <listener> ── XREAD (no BLOCK) of its dirty streams
     listener  ── SUBSCRIBE __redis__:invalidate ────────── "stream S changed" -> S dirty, ``read`` wakes
 
-Every XREAD arms tracking of its stream; the next write to it sends one invalidation (writes
-until the next read send no more: the server coalesces them).  ``ClusterReads.read`` returns
-the new entries of the dirty streams after the caller's cursors, or waits up to ``block_ms``
-for one to turn dirty; ``wake()`` ends that wait from this process (``runtime.bus.WakeableRead``:
-the caller has new streams to pass in).  Nothing needs configuring on the servers (no keyspace
-notifications).
+Every XREAD arms tracking of the streams it names; the next write to one sends one invalidation
+(writes until the next read send no more: the server coalesces them).  ``read`` returns the new
+entries of the dirty streams after the caller's cursors, or waits up to ``block_ms`` for one to turn
+dirty; ``wake()`` ends that wait from this process (``runtime.bus.WakeableRead``: the caller has new
+streams to pass in).  Nothing needs configuring on the servers (no keyspace notifications).
+
+* ``ServerTrackedReads``: one server; the dirty streams in ONE XREAD.  A server that refuses
+  tracking (an ACL without ``CLIENT``) raises ``TrackingRefused`` (the caller falls back to a
+  blocking XREAD); one that cannot be reached raises redis-py's error, as a blocking read would.
+* ``ClusterReads``: a cluster; one XREAD per dirty stream, pipelined per master.
 
 Invariants:
 
@@ -20,12 +27,14 @@ Invariants:
   cleared *before* its read is sent, so a write while the read is in flight marks it again:
   no wake is lost;
 * a read that returns ``count`` entries leaves its stream dirty (there may be more);
-* a master that fails (its reader or listener errors: it died, a failover is under way) is
-  dropped; its streams are held for ``RETRY_S``, then the slot map is refreshed and they are
+* a connection that fails takes its server's tracking with it: every stream of that server is
+  dirty again.  One server: the error goes to the caller and the next read reconnects.  A
+  cluster: a master that fails (its reader or listener errors: it died, a failover is under way)
+  is dropped; its streams are held for ``RETRY_S``, then the slot map is refreshed and they are
   read on whichever master serves them now (the replica that took over);
-* a read redirected by MOVED/ASK (the slot moved) is done again through the cluster client,
-  which follows the redirection and updates its slot map; the stream stays dirty so that its
-  next read arms tracking on its new master;
+* on a cluster, a read redirected by MOVED/ASK (the slot moved) is done again through the cluster
+  client, which follows the redirection and updates its slot map; the stream stays dirty so that
+  its next read arms tracking on its new master;
 * every ``sweep_s`` every stream is read once, whatever the wakes (a backstop).
 
 Cursors are the caller's, so dropping a connection never loses a position.
@@ -41,7 +50,8 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import AskError, ResponseError, TryAgainError
+from redis.exceptions import AskError, NoPermissionError, ResponseError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from runtime import cluster
 
@@ -62,13 +72,15 @@ def _rows(reply: Any) -> Rows:
 
 
 class NodeLink:
-    """The reader and listener connections to one master (see the module doc)."""
+    """The reader and listener connections to one server or master (see the module doc): ``node``
+    has redis-py's ``name``, ``connection_class`` and ``connection_kwargs``."""
 
-    def __init__(self, node: ClusterNode, on_keys: Callable[[list[bytes] | None], None],
+    def __init__(self, node: Any, on_keys: Callable[[list[bytes] | None], None],
                  on_lost: Callable[[str], None]) -> None:
         self.node, self.on_keys, self.on_lost = node, on_keys, on_lost
         self.reader = node.connection_class(**node.connection_kwargs)
-        self.listener = node.connection_class(**node.connection_kwargs)
+        # the listener waits for invalidations as long as nothing changes: a URL's socket_timeout is not for it
+        self.listener = node.connection_class(**{**node.connection_kwargs, "socket_timeout": None})
         self._task: asyncio.Task | None = None
 
     async def open(self) -> None:
@@ -95,7 +107,8 @@ class NodeLink:
             self.on_lost(self.node.name)
 
     async def read(self, streams: dict[str, str], count: int) -> list[Any]:
-        """One round trip: an XREAD per stream after its cursor; each reply, or its error."""
+        """One round trip: an XREAD per stream after its cursor (a cluster's streams are of many slots);
+        each stream's reply, or its error."""
         cmds = [("XREAD", "COUNT", count, "STREAMS", s, c) for s, c in streams.items()]
         await self.reader.send_packed_command(self.reader.pack_commands(cmds))
         out: list[Any] = []
@@ -115,18 +128,21 @@ class NodeLink:
                 await conn.disconnect()
 
 
-class ClusterReads:
-    """``read(streams, count, block_ms)`` over a cluster (see the module doc); for one task."""
+class TrackedReads:
+    """``read(streams, count, block_ms)`` (see the module doc); for one task.  A subclass reads the
+    dirty streams (``_read_all``)."""
 
-    def __init__(self, r: RedisCluster, sweep_s: float = 5.0) -> None:
-        self.r, self.sweep_s = r, sweep_s
+    link_class: type[NodeLink] = NodeLink
+
+    def __init__(self, sweep_s: float = 5.0) -> None:
+        self.sweep_s = sweep_s
         self._links: dict[str, NodeLink] = {}
         self._closing: set[asyncio.Task] = set()  # links being closed after they failed
-        self._known: set[str] = set()
+        self._cursors: dict[str, str] = {}  # each stream's cursor as the caller will pass it if nothing changed
         self._dirty: set[str] = set()
         self._held: set[str] = set()  # streams of a failed master, until ``_retry_at``
         self._retry_at = 0.0
-        self._stale = False  # the slot map must be refreshed before routing
+        self._stale = False  # a cluster's slot map must be refreshed before routing
         self._next_sweep = time.monotonic() + sweep_s
         self._woken = asyncio.Event()
 
@@ -137,7 +153,7 @@ class ClusterReads:
         self._woken.clear()
         now = time.monotonic()
         if now >= self._next_sweep:
-            self._dirty |= self._known
+            self._dirty.update(self._cursors)
             self._next_sweep = now + self.sweep_s
         if self._held and now >= self._retry_at:
             self._dirty |= self._held
@@ -147,16 +163,31 @@ class ClusterReads:
         return await self._read_all(todo, count) if todo else []
 
     def _track(self, streams: dict[str, str]) -> None:
-        new = streams.keys() - self._known
-        self._known = set(streams)
-        self._dirty |= new
-        self._held &= self._known
+        """Mark the streams passed in anew or from another cursor than their last read left them at (a
+        caller that moved a cursor back, as a parser's next turn of the same log does, reads it again)."""
+        cursors = self._cursors
+        self._dirty.update(stream for stream, cursor in streams.items() if cursors.get(stream) != cursor)
+        self._cursors = dict(streams)
+        self._held &= streams.keys()
+
+    def _took(self, stream: str, reply: Any, count: int) -> Rows:
+        """The entries of ``stream``'s read reply; its cursor is then its last entry's id, and it stays
+        dirty when the read returned ``count`` (there may be more)."""
+        rows = _rows(reply)
+        if len(rows) >= count:
+            self._dirty.add(stream)
+        if rows:
+            last = rows[-1][0]
+            self._cursors[stream] = last.decode() if isinstance(last, bytes) else last
+        return rows
 
     async def _wait(self, block_s: float) -> None:
         if self._dirty:
             return
+        now = time.monotonic()
+        block_s = min(block_s, max(0.0, self._next_sweep - now))  # the sweep is never later than ``sweep_s``
         if self._held:
-            block_s = min(block_s, max(0.0, self._retry_at - time.monotonic()))
+            block_s = min(block_s, max(0.0, self._retry_at - now))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(block_s):
                 await self._woken.wait()
@@ -168,16 +199,16 @@ class ClusterReads:
 
     def _on_keys(self, changed: list[bytes] | None) -> None:
         if changed is None:
-            self._dirty |= self._known
+            self._dirty.update(self._cursors)
         else:
-            self._dirty |= {k.decode() for k in changed} & self._known
+            self._dirty.update(stream for stream in map(bytes.decode, changed) if stream in self._cursors)
         if self._dirty:
             self._woken.set()
 
     def _on_lost(self, name: str) -> None:
         """A listener failed: reconnect, and re-read everything once (that node's streams may have news)."""
         self._drop(name)
-        self._dirty |= self._known
+        self._dirty.update(self._cursors)
         self._woken.set()
 
     def _drop(self, name: str) -> None:
@@ -187,6 +218,45 @@ class ClusterReads:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         self._stale = True
+
+    async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
+        raise NotImplementedError
+
+    async def _link(self, node: Any) -> NodeLink:
+        link = self._links.get(node.name)
+        if link is None:
+            link = self.link_class(node, self._on_keys, self._on_lost)
+            try:
+                await link.open()
+            except BaseException:
+                await link.close()
+                raise
+            self._links[node.name] = link
+        return link
+
+    def _hold(self, part: dict[str, str], why: str) -> None:
+        log.warning("tracked reads: %d streams held for %.1f s: %s", len(part), RETRY_S, why)
+        self._held |= part.keys()
+        self._retry_at = time.monotonic() + RETRY_S
+        self._stale = True
+
+    @property
+    def connections(self) -> int:
+        """Connections held now: a reader and a listener per server (per master on a cluster)."""
+        return 2 * len(self._links)
+
+    async def aclose(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        await asyncio.gather(*(link.close() for link in links))
+        await asyncio.gather(*self._closing, return_exceptions=True)  # links dropped earlier: already lost
+
+
+class ClusterReads(TrackedReads):
+    """Tracked reads over a cluster: a reader and a listener per master (see the module doc)."""
+
+    def __init__(self, r: RedisCluster, sweep_s: float = 5.0) -> None:
+        super().__init__(sweep_s)
+        self.r = r
 
     async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
         parts = await self._route(todo)
@@ -226,10 +296,7 @@ class ClusterReads:
             if isinstance(reply, Exception):
                 self._hold({stream: cursor}, f"{stream}: {reply}")
                 continue
-            rows = _rows(reply)
-            if len(rows) >= count:
-                self._dirty.add(stream)
-            if rows:
+            if rows := self._took(stream, reply, count):
                 out.append((stream, rows))
         return out
 
@@ -242,30 +309,74 @@ class ClusterReads:
         except Exception as exc:
             return exc
 
-    async def _link(self, node: ClusterNode) -> NodeLink:
-        link = self._links.get(node.name)
-        if link is None:
-            link = NodeLink(node, self._on_keys, self._on_lost)
-            try:
-                await link.open()
-            except BaseException:
-                await link.close()
+
+class TrackingRefused(Exception):
+    """The server refused ``CLIENT TRACKING`` (or the listener's ``SUBSCRIBE``): an ACL forbids it."""
+
+
+class _Server:
+    """A plain client's server, as ``NodeLink`` takes a cluster's node: its pool's connections."""
+
+    def __init__(self, r: Any) -> None:
+        pool = r.connection_pool
+        self.connection_class, self.connection_kwargs = pool.connection_class, dict(pool.connection_kwargs)
+        kw = self.connection_kwargs
+        self.name = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
+
+
+class ServerLink(NodeLink):
+    """One server's reader and listener: every dirty stream in ONE XREAD (no slot splits them)."""
+
+    async def read(self, streams: dict[str, str], count: int) -> list[Any]:
+        await self.reader.send_command("XREAD", "COUNT", count, "STREAMS", *streams, *streams.values())
+        got = {name.decode(): rows for name, rows in await self.reader.read_response() or ()}
+        return [[(stream, got[stream])] if stream in got else None for stream in streams]
+
+
+class ServerTrackedReads(TrackedReads):
+    """Tracked reads on one server (see the module doc): its errors go to the caller."""
+
+    link_class = ServerLink
+
+    def __init__(self, r: Any, sweep_s: float = 5.0) -> None:
+        super().__init__(sweep_s)
+        self._server = _Server(r)
+
+    async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
+        try:
+            replies = await self._read_once(todo, count)
+        except BaseException:  # its tracking went with it (or may have): read every stream again
+            self._dirty.update(self._cursors)
+            raise
+        out: list[tuple[str, Rows]] = []
+        for stream, reply in zip(todo, replies, strict=True):
+            if rows := self._took(stream, reply, count):
+                out.append((stream, rows))
+        return out
+
+    async def _read_once(self, todo: dict[str, str], count: int) -> list[Any]:
+        """The read; one on a link open since an earlier read that fails to reach the server (it closed an
+        idle connection, a client was killed) is done again on a new link, once, as redis-py retries a
+        stale connection."""
+        stale = self._server.name in self._links
+        try:
+            return await self._read_on_link(todo, count)
+        except (RedisConnectionError, OSError):
+            if not stale:
                 raise
-            self._links[node.name] = link
-        return link
+        self._dirty.update(self._cursors)  # the tracking of every stream went with the link: read them all next
+        self._woken.set()
+        return await self._read_on_link(todo, count)
 
-    def _hold(self, part: dict[str, str], why: str) -> None:
-        log.warning("tracked reads: %d streams held for %.1f s: %s", len(part), RETRY_S, why)
-        self._held |= part.keys()
-        self._retry_at = time.monotonic() + RETRY_S
-        self._stale = True
-
-    @property
-    def connections(self) -> int:
-        """Connections held now: a reader and a listener per master."""
-        return 2 * len(self._links)
-
-    async def aclose(self) -> None:
-        links, self._links = list(self._links.values()), {}
-        await asyncio.gather(*(link.close() for link in links))
-        await asyncio.gather(*self._closing, return_exceptions=True)  # links dropped earlier: already lost
+    async def _read_on_link(self, todo: dict[str, str], count: int) -> list[Any]:
+        try:
+            link = await self._link(self._server)
+        except ResponseError as exc:
+            if isinstance(exc, NoPermissionError) or "unknown" in str(exc).lower():
+                raise TrackingRefused(f"{self._server.name} refused client tracking: {exc}") from exc
+            raise  # a server busy or a listener gone while the link opened: the caller's next read tries again
+        try:
+            return await link.read(todo, count)
+        except BaseException:
+            self._drop(self._server.name)
+            raise

@@ -12,7 +12,8 @@ one session's keys share a slot and no script ever touches two slots.
     ts:decode:workers           sorted set: decoder -> unix time of its last beat (the registry that
                                 adoption reads instead of scanning; a dead one is removed after a grace)
     ts:parse:jobs               stream, group "parse": "parse turn N of session S"
-    ts:parse:wake:{parser}      stream: wakes one parser's shared token reader (a turn joins or rejoins)
+    ts:parse:wake:{parser}      stream: wakes one parser's shared token reader (a turn joins or rejoins),
+                                when the server refuses client tracking
     ts:s:{sid}                  hash: the session record
     ts:s:{sid}:msgs             list: the conversation, one JSON message per item
     ts:s:{sid}:tok              stream: the decoder's token log (internal)
@@ -29,7 +30,8 @@ one session's keys share a slot and no script ever touches two slots.
                                 barrier sweep's index: turns that may still need their continuation;
                                 the sweep drops a turn once its barrier says sent)
     ts:sweep:lock               string + TTL: the decoder running the barrier sweep now
-    ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions)
+    ts:gw:{gateway}:wake        stream: wakes one gateway's shared event reader (new subscriptions), when
+                                the server refuses client tracking (``runtime.bus.WakeableRead``)
     ts:rl:{key_id}              hash: one API key's rate-limit token bucket
     ts:dead                     stream: undecodable or poison entries
 """

@@ -99,7 +99,7 @@ class SessionOps:
         oneshot request's session, whose run ends with the turn."""
         self.metrics.accepted(sid, one_turn)
         await self.batcher.call(lambda p: bus.add_to(p, stream, encode(StartTurn(sid=sid, turn=turn))))
-        log.info("sid=%s turn=%d queued on %s", sid, turn, stream)
+        log.log(logging.DEBUG if one_turn else logging.INFO, "sid=%s turn=%d queued on %s", sid, turn, stream)
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:
         info = await self.owned(sid, principal)

@@ -1,5 +1,5 @@
 """The shared-reader relay, in process, on a real server: hand-over without loss or
-duplication, wake-up of the blocking reader, the slow-client policy."""
+duplication, wake-up of the shared reader, the slow-client policy."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from runtime import bus
 
 @pytest.fixture
 async def relay(redis_url: str, request) -> AsyncIterator[Relay]:
-    """A relay with a long BLOCK (only the wake-up makes it prompt); ``@pytest.mark.queue_size(n)``."""
+    """A relay with a long wait (only the wake-up makes it prompt, or the 5 s sweep of a tracked read); ``@pytest.mark.queue_size(n)``."""
     mark = request.node.get_closest_marker("queue_size")
     r, reader = bus.connect(redis_url), bus.connect(redis_url)
     rl = Relay(r, reader, queue_size=mark.args[0] if mark else 64, block_ms=60_000)

@@ -257,8 +257,9 @@ async def test_a_body_whose_last_bytes_are_marked_ends_in_one_send_and_is_closed
 
 
 async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> None:
-    """On a real server: the session's writes leave with the routing lookup, the relay's wake with the
-    job; the session is written, its job queued, and its events reach the subscription."""
+    """On a real server: the session's writes leave with the routing lookup, then the job (the relay's
+    wake ends its tracked read's wait in this process); the session is written, its job queued, and
+    its events reach the subscription."""
     r, reader = bus.connect(redis_url), bus.connect(redis_url)
     batcher = bus.Batcher(r)
     trips = count_round_trips(batcher, r)
@@ -272,14 +273,14 @@ async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> Non
         relay.unsubscribe(first)  # script loads it, and it runs again: one more round trip, the first time
         trips.clear()
         sid, sub = await open_session(state, Principal("k1", "k1"), PLAN)
-        # no active-index ZADD for a oneshot session; the wake stream's TTL was renewed by the first wake
-        assert trips == [["EVALSHA", "HGETALL", "GET"], ["XADD", "XADD"]]
+        # no active-index ZADD for a oneshot session; no wake stream
+        assert trips == [["EVALSHA", "HGETALL", "GET"], ["XADD"]]
         assert (await state.ops.sessions.get(sid)).key == "k1"
         jobs = await r.xrange(keys.DECODE_JOBS)
         assert [decode_job(f[bus.FIELD]).sid for _, f in jobs][-1] == sid
         await bus.publish(r, [(keys.events(sid), event_bytes(sid, 0, 1, SessionEnded(reason="stop")))])
         frames = [f async for f in sub.frames()]
-        assert [f.kind for f in frames] == ["session.ended"]  # the reader was woken (its BLOCK is 60 s)
+        assert [f.kind for f in frames] == ["session.ended"]  # the reader was woken (its wait is 60 s)
     finally:
         await relay.stop()
         await r.aclose()

@@ -114,7 +114,7 @@ async def test_read_many_reads_every_stream_after_its_own_id(r) -> None:
 
 async def test_a_wake_interrupts_the_blocked_read_and_is_never_lost(r, redis_url) -> None:
     reader = bus.connect(redis_url)
-    shared = bus.WakeableRead(reader, r, "s:wake", block_ms=5000)
+    shared = bus.WakeableRead(reader, r, "s:wake", block_ms=5000, tracked=False)
     blocked = asyncio.create_task(shared.read({"s:x": "0-0"}))
     await asyncio.sleep(0.05)
     await bus.add(r, "s:y", b"y1")  # not in the blocked read: only a wake makes the caller re-read
@@ -227,7 +227,7 @@ async def test_a_wake_that_cannot_be_sent_does_not_fail_its_caller_and_is_sent_n
     down = EmbeddedRedis().start()
     unreachable = bus.connect(down.url)
     down.stop()
-    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100)
+    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100, tracked=False)
     await shared.wake()  # does not raise
     shared.batcher = bus.Batcher(r)  # the server is back (here: another one)
     await shared.wake()  # sent: the failed one did not leave it marked in flight
@@ -244,7 +244,7 @@ async def test_a_wake_not_waited_for_that_cannot_be_sent_is_sent_next_time(r, re
     down = EmbeddedRedis().start()
     unreachable = bus.connect(down.url)
     down.stop()
-    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100)
+    shared = bus.WakeableRead(unreachable, unreachable, "s:wake", block_ms=100, tracked=False)
 
     async def wake(down: bool) -> None:
         shared.wake_nowait()

@@ -174,8 +174,14 @@ class TurnRun:
                                                              bus.TOKEN_STREAM_MAXLEN,
                                                              also=lambda p: routing.turn_ended(p, self.ctx.me)))
         self.counted = False
-        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
-                 last.completion_tokens, last.finish_reason)
+        log.log(self._done_level, "sid=%s turn=%d attempt=%d done: %d tokens, %s", self.sid, self.turn, self.attempt,
+                last.completion_tokens, last.finish_reason)
+
+    @property
+    def _done_level(self) -> int:
+        """A turn's end is logged at INFO in a session's loop; a oneshot request's (chat completions,
+        Messages) at DEBUG: the gateway's access log has a line for it already."""
+        return logging.DEBUG if self.info.oneshot else logging.INFO
 
     def _content(self, seq: int, text: str, since: float) -> bytes:
         """A text-only turn's chunk ``seq`` (0, 1, ...) as the parse stage's event ``seq + 1``."""
@@ -201,8 +207,8 @@ class TurnRun:
             also=lambda p: routing.turn_ended(p, self.ctx.me)))
         self.counted = False
         await self.ctx.kv.parsed(TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[]))
-        log.info("sid=%s turn=%d attempt=%d done: %d tokens, %s (text only%s)", self.sid, self.turn, self.attempt,
-                 last.completion_tokens, reason, "; a newer attempt holds the turn" if outcome < 0 else "")
+        log.log(self._done_level, "sid=%s turn=%d attempt=%d done: %d tokens, %s (text only%s)", self.sid, self.turn,
+                self.attempt, last.completion_tokens, reason, "; a newer attempt holds the turn" if outcome < 0 else "")
 
     async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
         """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""

@@ -1,9 +1,9 @@
-"""The parser's shared token reader: ONE blocking read over the token logs of every turn this
+"""The parser's shared token reader: ONE read loop over the token logs of every turn this
 parser is parsing, and ONE round trip for the events of all of an iteration's plain steps.
 
-    ts:s:{a}:tok ──┐                                  ┌─> plain steps: their publishes in one pipeline
-    ts:s:{b}:tok ──┼── read_many ──> turn.take(entries)┤
-    ts:parse:wake:{me}┘ (WakeableRead)                └─> other steps: the turn's own ordered task
+    ts:s:{a}:tok ──┐  WakeableRead: one read of                   ┌─> plain steps: their publishes in one pipeline
+    ts:s:{b}:tok ──┼── the logs that changed ──> turn.take(entries)┤
+    ts:s:{c}:tok ──┘                                              └─> other steps: the turn's own ordered task
 
 Contracts:
 
@@ -15,10 +15,11 @@ Contracts:
 * **A turn ended elsewhere stops.**  A turn whose token end never comes (its decode job failed
   for good, a cancel, an expired record) is found by a sweep of the turns idle for ``sweep_s``
   and leaves with no error (``TurnParse.ended_elsewhere``).
-* **One server or a cluster.**  The read is a ``bus.WakeableRead``: one XREAD over every token log
-  and the wake stream on one server; on a cluster a tracked connection per master
-  (``runtime.tracked_reads``) with an in-process wake, and a master failing over holds its logs
-  until the replica that took over serves them.
+* **One server or a cluster.**  The read is a ``bus.WakeableRead``: a tracked connection per
+  server or master (``runtime.tracked_reads``: a read names the token logs that changed) with an
+  in-process wake, and on a cluster a master failing over holds its logs until the replica that
+  took over serves them; a server that refuses tracking gets one blocking XREAD over every token
+  log and the wake stream (``ts:parse:wake:{me}``).
 * **A failure is the turn's own.**  An exception in a turn's parse or ordered task fails that
   turn: ``parse`` raises it to the consumer.  Redis unreachable fails every turn of the read or
   the round trip that failed; their jobs stay pending and are taken over, replaying the turn
