@@ -11,6 +11,7 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -44,8 +45,12 @@ class Browser:
         self._pages: dict[str, Page] = {}
 
     async def __aenter__(self) -> Browser:
+        # its temporary files (the profile's singleton socket dir) go in the profile, which is removed after
+        tmp = Path(self.profile) / "tmp"
+        tmp.mkdir()
         self.proc = subprocess.Popen([self.executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, "TMPDIR": str(tmp)})
         port, path = await self._endpoint()
         self.ws = await websockets.connect(f"ws://127.0.0.1:{port}{path}", max_size=None)
         self._reader = asyncio.create_task(self._read())
