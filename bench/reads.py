@@ -140,10 +140,14 @@ def _plot(path: Any, rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["p50_ms"] for r in rows], 0.4, label="p50")
-    ax.bar([x + 0.2 for x in xs], [r["p99_ms"] for r in rows], 0.4, label="p99")
-    ax.set(xticks=list(xs), xticklabels=[f"{r['design']} ({r['connections']} conn)" for r in rows],
-           ylabel="write -> read latency (ms)", title=f"one reader of {rows[0]['streams']} streams")
-    save_figure(fig, path, [ax])
+    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    xs = list(range(len(rows)))
+    labels = [f"{r['design']}\n({r['connections']} conn)" for r in rows]
+    lat.bar([x - 0.2 for x in xs], [r["p50_ms"] for r in rows], 0.4, label="p50")
+    lat.bar([x + 0.2 for x in xs], [r["p99_ms"] for r in rows], 0.4, label="p99")
+    lat.set(xticks=xs, xticklabels=labels, ylabel="write -> read latency (ms)",
+            title=f"one reader of {rows[0]['streams']} streams", yscale="log")
+    cpu.bar([x - 0.2 for x in xs], [r["server_cpu_pct"] for r in rows], 0.4, label="server(s)")
+    cpu.bar([x + 0.2 for x in xs], [r["process_cpu_pct"] for r in rows], 0.4, label="bench process (reader, writer)")
+    cpu.set(xticks=xs, xticklabels=labels, ylabel="CPU, % of one core", title="what following them costs")
+    save_figure(fig, path, [lat, cpu])
