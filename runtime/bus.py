@@ -430,7 +430,7 @@ class WakeableRead:
         Build ``streams`` in the same step as this call (no await between): that is the hand-over."""
         if self._tracked is not None:
             try:
-                got = await self._tracked.read(dict(streams), self.count, self.block_ms)
+                got = await self._tracked.read(streams, self.count, self.block_ms)
             except TrackingRefused as exc:
                 log.warning("%s; reading with a blocking XREAD instead", exc)
                 tracked, self._tracked = self._tracked, None

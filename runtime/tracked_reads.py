@@ -42,11 +42,12 @@ Cursors are the caller's, so dropping a connection never loses a position.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -62,11 +63,13 @@ RETRY_S = 0.2
 Rows = list[tuple[bytes, dict[bytes, bytes]]]
 
 
-def _rows(reply: Any) -> Rows:
-    """The entries of a one-stream XREAD reply (raw RESP2)."""
-    if not reply:
-        return []
-    _, entries = reply[0]
+def _only(reply: Any) -> list[Any]:
+    """The entries of a one-stream XREAD reply (raw RESP2), as the server sent them."""
+    return reply[0][1] if reply else []
+
+
+def _rows(entries: Any) -> Rows:
+    """Entries as the server sent them, each one's fields as a dict."""
     return [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
             for eid, flat in entries]
 
@@ -128,7 +131,7 @@ class NodeLink:
                 await conn.disconnect()
 
 
-class TrackedReads:
+class TrackedReads(abc.ABC):
     """``read(streams, count, block_ms)`` (see the module doc); for one task.  A subclass reads the
     dirty streams (``_read_all``)."""
 
@@ -146,7 +149,7 @@ class TrackedReads:
         self._next_sweep = time.monotonic() + sweep_s
         self._woken = asyncio.Event()
 
-    async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, Rows]]:
+    async def read(self, streams: Mapping[str, str], count: int, block_ms: int) -> list[tuple[str, Rows]]:
         """New entries of ``streams`` (name -> cursor) after their cursors; waits up to ``block_ms``."""
         self._track(streams)
         await self._wait(block_ms / 1000)
@@ -162,7 +165,7 @@ class TrackedReads:
         self._dirty.clear()
         return await self._read_all(todo, count) if todo else []
 
-    def _track(self, streams: dict[str, str]) -> None:
+    def _track(self, streams: Mapping[str, str]) -> None:
         """Mark the streams passed in anew or from another cursor than their last read left them at (a
         caller that moved a cursor back, as a parser's next turn of the same log does, reads it again)."""
         cursors = self._cursors
@@ -170,10 +173,10 @@ class TrackedReads:
         self._cursors = dict(streams)
         self._held &= streams.keys()
 
-    def _took(self, stream: str, reply: Any, count: int) -> Rows:
-        """The entries of ``stream``'s read reply; its cursor is then its last entry's id, and it stays
-        dirty when the read returned ``count`` (there may be more)."""
-        rows = _rows(reply)
+    def _took(self, stream: str, entries: Any, count: int) -> Rows:
+        """``stream``'s entries a read returned; its cursor is then the last one's id, and it stays dirty
+        when the read returned ``count`` (there may be more)."""
+        rows = _rows(entries)
         if len(rows) >= count:
             self._dirty.add(stream)
         if rows:
@@ -219,8 +222,9 @@ class TrackedReads:
             task.add_done_callback(self._closing.discard)
         self._stale = True
 
+    @abc.abstractmethod
     async def _read_all(self, todo: dict[str, str], count: int) -> list[tuple[str, Rows]]:
-        raise NotImplementedError
+        """The new entries of the streams in ``todo`` (stream -> cursor), the dirty ones."""
 
     async def _link(self, node: Any) -> NodeLink:
         link = self._links.get(node.name)
@@ -296,7 +300,7 @@ class ClusterReads(TrackedReads):
             if isinstance(reply, Exception):
                 self._hold({stream: cursor}, f"{stream}: {reply}")
                 continue
-            if rows := self._took(stream, reply, count):
+            if rows := self._took(stream, _only(reply), count):
                 out.append((stream, rows))
         return out
 
@@ -328,9 +332,10 @@ class ServerLink(NodeLink):
     """One server's reader and listener: every dirty stream in ONE XREAD (no slot splits them)."""
 
     async def read(self, streams: dict[str, str], count: int) -> list[Any]:
+        """One XREAD: each stream's entries (none when it has no new ones)."""
         await self.reader.send_command("XREAD", "COUNT", count, "STREAMS", *streams, *streams.values())
-        got = {name.decode(): rows for name, rows in await self.reader.read_response() or ()}
-        return [[(stream, got[stream])] if stream in got else None for stream in streams]
+        got = {name.decode(): entries for name, entries in await self.reader.read_response() or ()}
+        return [got.get(stream, ()) for stream in streams]
 
 
 class ServerTrackedReads(TrackedReads):
@@ -349,8 +354,8 @@ class ServerTrackedReads(TrackedReads):
             self._dirty.update(self._cursors)
             raise
         out: list[tuple[str, Rows]] = []
-        for stream, reply in zip(todo, replies, strict=True):
-            if rows := self._took(stream, reply, count):
+        for stream, entries in zip(todo, replies, strict=True):
+            if rows := self._took(stream, entries, count):
                 out.append((stream, rows))
         return out
 
