@@ -122,3 +122,24 @@ def test_build_engine_picks_vllm(tmp_path) -> None:
 
     eng = build_engine(load_config(engine="vllm", model=str(tmp_path), vllm_args='{"enforce_eager": true}'))
     assert isinstance(eng, VllmEngine) and eng.config.engine_args == {"enforce_eager": True}
+
+
+@module_loop
+async def test_a_request_reaches_vllm_without_a_thread_hop(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt's ids go to vLLM as an engine input already rendered, checked on the event loop: the
+    renderer's thread pool (``process_inputs_async``), which raw prompts take, is never used."""
+    processor = case.engine.llm.input_processor
+    inline = []
+    checked = processor.process_inputs
+
+    def counted(*args, **kwargs):
+        inline.append(args[1]["type"])
+        return checked(*args, **kwargs)
+
+    async def hop(*args, **kwargs):
+        raise AssertionError("the prompt went through the renderer's thread pool")
+
+    monkeypatch.setattr(processor, "process_inputs", counted)
+    monkeypatch.setattr(processor, "process_inputs_async", hop)
+    deltas = await engine_contract.collect(case.engine, engine_contract.request())
+    assert inline == ["token"] and deltas[-1].completion_tokens > 0
