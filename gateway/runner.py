@@ -40,7 +40,7 @@ from gateway.sessions.ops import SessionOps
 from gateway.sse import Last, while_connected
 from gateway.translator import Diverged, Translator, UpstreamError
 from runtime.routing import conversation_key
-from runtime.session import SessionMode, Status
+from runtime.session import SessionMode, Status, new_sid
 
 log = logging.getLogger(__name__)
 
@@ -65,29 +65,57 @@ def offered(plan: Plan) -> frozenset[str]:
 async def create_session(state: Any, who: Principal, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                          client_tools: list[str], params: dict[str, Any], max_tokens_sent: bool, meta: dict[str, Any],
                          max_turns: int = 1, mode: SessionMode = SessionMode.ONESHOT) -> str:
-    """Check that the prompt fits the context (``gateway.context``: a 400 when not; an unsent
-    max_tokens is lowered to the room left), then write the session (not started yet)."""
-    max_tokens = await state.context.fits(messages, tools, max_tokens=params["max_tokens"], sent=max_tokens_sent,
-                                          prefill=params.get("prefill") or "")
+    """Check that the prompt fits the context (``fitted``), then write the session (not started yet)."""
     ops: SessionOps = state.ops
     return await ops.create(who, messages, tools=tools, client_tools=client_tools,
-                            params={**params, "max_tokens": max_tokens}, max_turns=max_turns, meta=meta, mode=mode)
+                            params=await fitted(state, messages, tools, params, max_tokens_sent),
+                            max_turns=max_turns, meta=meta, mode=mode)
+
+
+async def fitted(state: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: dict[str, Any],
+                 max_tokens_sent: bool) -> dict[str, Any]:
+    """``params`` once the prompt is found to fit the context (``gateway.context``: a 400 when not; an
+    unsent max_tokens is lowered to the room left)."""
+    max_tokens = await state.context.fits(messages, tools, max_tokens=params["max_tokens"], sent=max_tokens_sent,
+                                          prefill=params.get("prefill") or "")
+    return {**params, "max_tokens": max_tokens}
 
 
 async def open_session(state: Any, who: Principal, plan: Plan, *,
                        max_tokens_sent: bool = True) -> tuple[str, Subscription]:
     """Create a oneshot request's session (``create_session``), subscribe to its events from the
-    start, and queue its turn: two round trips (the session's writes with the routing lookup, then
-    the job, with the relay's wake where its read blocks in the server), shared with whatever other
-    requests send meanwhile."""
+    start, and queue its turn, in round trips shared with whatever other requests send meanwhile:
+    one when the turn's stream needs no routing lookup (``SessionOps.settled_route``: one live
+    decoder), the session's writes and the job together (``SessionOps.open``); else two, the writes
+    with the lookup, then the job (with the relay's wake where its read blocks in the server)."""
+    route_key = conversation_key(plan.messages, plan.tools)
+    stream = state.ops.settled_route(route_key=route_key)
+    if stream is not None:
+        return await _open_settled(state, who, plan, stream, max_tokens_sent)
     sid, stream = await asyncio.gather(
         create_session(state, who, plan.messages, plan.tools, client_tools=[t["function"]["name"] for t in plan.tools],
                        params=plan.params, max_tokens_sent=max_tokens_sent, meta=plan.meta),
-        state.ops.route(route_key=conversation_key(plan.messages, plan.tools)))
+        state.ops.route(route_key=route_key))
     sub = await _subscribe(state, sid, fresh=True)  # not started: no events yet
     try:
         await state.ops.queue(sid, stream, one_turn=True)
     except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
+        state.relay.unsubscribe(sub)
+        raise
+    return sid, sub
+
+
+async def _open_settled(state: Any, who: Principal, plan: Plan, stream: str,
+                        max_tokens_sent: bool) -> tuple[str, Subscription]:
+    """``open_session`` when the turn's stream is known: the context check, the watch of a session not
+    written yet (it has no events), then the session and its job in one round trip."""
+    params = await fitted(state, plan.messages, plan.tools, plan.params, max_tokens_sent)
+    sid = new_sid()
+    sub = await _subscribe(state, sid, fresh=True)
+    try:
+        await state.ops.open(sid, who, plan.messages, stream, tools=plan.tools,
+                             client_tools=[t["function"]["name"] for t in plan.tools], params=params, meta=plan.meta)
+    except BaseException:  # as in ``open_session``
         state.relay.unsubscribe(sub)
         raise
     return sid, sub

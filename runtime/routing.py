@@ -71,14 +71,30 @@ async def forget_dead(r: aioredis.Redis) -> None:
         await r.hdel(keys.DECODE_LOAD, *dead)
 
 
+def settled(cfg: Config, *, key: str | None = None, owner: str | None = None,
+            live: frozenset[str] | None = None) -> str | None:
+    """The stream a new turn goes to when no lookup could change it, else None: the shared queue when
+    routing is off or has nothing to go by, or when at most one decoder is alive (``live``, as
+    ``job_stream`` takes it) and no ``owner`` is named -- a route could only name that decoder, which
+    reads the shared queue too (one that started since the heartbeats were read misses a prefix at
+    worst: a route is a hint)."""
+    if cfg.kv_routing != "prefix" or (owner is None and key is None):
+        return keys.DECODE_JOBS
+    if owner is None and live is not None and len(live) <= 1:
+        return keys.DECODE_JOBS
+    return None
+
+
 async def job_stream(r: aioredis.Redis, cfg: Config, *, key: str | None = None, owner: str | None = None,
                      batcher: Any = None, live: frozenset[str] | None = None) -> str:
     """The stream a new turn goes to: ``owner``'s (or ``key``'s decoder's) private one when it may
-    take it, else the shared queue.  ``batcher`` (a ``runtime.bus.Batcher``): the lookup leaves with
-    the other commands of its round trip.  ``live``: the decoders known to be alive (their heartbeats,
-    read recently by the caller), which saves the round trip that checks the holder's heartbeat."""
-    if cfg.kv_routing != "prefix" or (owner is None and key is None):
-        return keys.DECODE_JOBS
+    take it, else the shared queue (``settled``, when that needs no lookup).  ``batcher`` (a
+    ``runtime.bus.Batcher``): the lookup leaves with the other commands of its round trip.  ``live``:
+    the decoders known to be alive (their heartbeats, read recently by the caller), which saves the
+    round trip that checks the holder's heartbeat."""
+    known = settled(cfg, key=key, owner=owner, live=live)
+    if known is not None:
+        return known
     reads: list[Any] = [lambda p: p.hgetall(keys.DECODE_LOAD)]
     if owner is None:
         reads.append(lambda p: p.get(keys.decoder_route(key)))

@@ -301,6 +301,13 @@ class Sessions:
                      params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
                      client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> None:
         """Write the session record and its first messages (one script)."""
+        await self._send(self.create_call(sid, messages, key=key, tools=tools, params=params, max_turns=max_turns,
+                                          meta=meta, client_tools=client_tools, mode=mode))
+
+    def create_call(self, sid: str, messages: list[dict[str, Any]], *, key: str = "", tools: list | None = None,
+                    params: dict | None = None, max_turns: int = 8, meta: dict | None = None,
+                    client_tools: list[str] | None = None, mode: SessionMode = SessionMode.LOOP) -> bus.ScriptCall:
+        """``create``'s script run, to queue on a pipeline (or a batcher's round) with other commands."""
         record = {
             "status": Status.ACTIVE.value, "turn": 0, "key": key, "max_turns": max_turns, "created": repr(time.time()),
             "tools": json.dumps(tools or []), "params": json.dumps(params or {}), "meta": json.dumps(meta or {}),
@@ -311,7 +318,7 @@ class Sessions:
             args += [name, value]
         args += [json.dumps(m) for m in messages]
         ks = [keys.session(sid), keys.messages(sid)]  # the session's own slot
-        await self._send(bus.ScriptCall(self._create, ks, args))
+        return bus.ScriptCall(self._create, ks, args)
 
     async def _send(self, *writes: Callable[[Any], Any]) -> list[Any]:
         """``writes`` (each queues one command on a pipeline; a ``bus.ScriptCall`` runs its script) in ONE

@@ -25,7 +25,7 @@ from gateway.metrics import Metrics
 from schemas import keys
 from schemas.codec import encode
 from schemas.events import StartTurn
-from runtime import bus, routing
+from runtime import bus, cluster, routing
 from runtime.barrier import Arrival
 from runtime.client_calls import ClientResultError, submit_client_result
 from runtime.config import Config
@@ -94,12 +94,40 @@ class SessionOps:
         return await routing.job_stream(self.r, self.cfg, key=route_key, owner=owner, batcher=self.batcher,
                                         live=self.live())
 
+    def settled_route(self, *, route_key: str | None = None) -> str | None:
+        """``route``'s answer when it needs no lookup (``runtime.routing.settled``), else None."""
+        return routing.settled(self.cfg, key=route_key, live=self.live())
+
     async def queue(self, sid: str, stream: str, turn: int = 0, *, one_turn: bool = False) -> None:
         """Queue the generation of turn ``turn`` on ``stream`` (``route``'s answer); ``one_turn``: a
         oneshot request's session, whose run ends with the turn."""
         self.metrics.accepted(sid, one_turn)
-        await self.batcher.call(lambda p: bus.add_to(p, stream, encode(StartTurn(sid=sid, turn=turn))))
+        await self.batcher.call(self._job(sid, stream, turn))
         log.log(logging.DEBUG if one_turn else logging.INFO, "sid=%s turn=%d queued on %s", sid, turn, stream)
+
+    async def open(self, sid: str, principal: Principal, messages: list[dict[str, Any]], stream: str, *,
+                   tools: list[dict[str, Any]], client_tools: list[str], params: dict[str, Any],
+                   meta: dict[str, Any]) -> None:
+        """Write a oneshot request's session (``create``, under the id ``sid``) and queue its one turn on
+        ``stream``: in ONE round trip on one server, the record ahead of the job (its script sent as EVAL
+        with its text, which never meets NOSCRIPT: the job never runs without it); on a cluster, whose
+        pipeline may reach the job's node first, in two."""
+        create = self.sessions.create_call(sid, messages, key=principal.key_id, tools=tools, params=params,
+                                           max_turns=1, meta=meta, client_tools=client_tools,
+                                           mode=SessionMode.ONESHOT)
+        if cluster.is_cluster(self.r):
+            await self.batcher.call(create)
+            await self.queue(sid, stream, one_turn=True)
+            return
+        self.metrics.accepted(sid, True)
+        for reply in await self.batcher.submit_many([create.with_text, self._job(sid, stream, 0)]):
+            if isinstance(reply, Exception):
+                raise reply
+        log.debug("sid=%s turn=0 queued on %s", sid, stream)
+
+    @staticmethod
+    def _job(sid: str, stream: str, turn: int) -> Callable[[Any], Any]:
+        return lambda p: bus.add_to(p, stream, encode(StartTurn(sid=sid, turn=turn)))
 
     async def read(self, sid: str, principal: Principal) -> dict[str, Any]:
         info = await self.owned(sid, principal)

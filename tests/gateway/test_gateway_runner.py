@@ -48,11 +48,17 @@ class Context:
 
 
 class Ops:
-    def __init__(self, start_error: BaseException | None) -> None:
-        self.start_error = start_error
+    """``settled``: the stream ``settled_route`` answers (None: a lookup is needed, two round trips)."""
+
+    def __init__(self, start_error: BaseException | None, settled: str | None = None) -> None:
+        self.start_error, self.settled = start_error, settled
+        self.opened: list[str] = []
 
     async def create(self, who: Any, messages: Any, **kw: Any) -> str:
         return "s1"
+
+    def settled_route(self, route_key: str) -> str | None:
+        return self.settled
 
     async def route(self, route_key: str) -> str:
         return "jobs"
@@ -61,19 +67,26 @@ class Ops:
         if self.start_error is not None:
             raise self.start_error
 
+    async def open(self, sid: str, who: Any, messages: Any, stream: str, **kw: Any) -> None:
+        if self.start_error is not None:
+            raise self.start_error
+        self.opened.append(sid)
+
 
 PLAN = SimpleNamespace(messages=[{"role": "user", "content": "hi"}], tools=[], params={"max_tokens": 8}, meta={})
 
 
-async def test_a_start_that_fails_leaves_no_subscription() -> None:
+@pytest.mark.parametrize("settled", [None, "jobs"], ids=["looked-up", "settled"])
+async def test_a_start_that_fails_leaves_no_subscription(settled: str | None) -> None:
     relay = RecordingRelay()
-    state = SimpleNamespace(context=Context(), ops=Ops(ConnectionError("redis went away")), relay=relay)
+    state = SimpleNamespace(context=Context(), ops=Ops(ConnectionError("redis went away"), settled), relay=relay)
     with pytest.raises(ConnectionError):
         await open_session(state, None, PLAN)
     assert relay.subs == []
-    state.ops = Ops(None)
+    state.ops = Ops(None, settled)
     sid, sub = await open_session(state, None, PLAN)
-    assert sid == "s1" and relay.subs == [sub]
+    assert relay.subs == [sub] and sub.session == sid
+    assert (sid == "s1" and state.ops.opened == []) if settled is None else state.ops.opened == [sid]
 
 
 class EndedSubscription:
@@ -256,10 +269,16 @@ async def test_a_body_whose_last_bytes_are_marked_ends_in_one_send_and_is_closed
     assert bodies == [(b"a", True), (b"b", False)] and closed == [True]
 
 
-async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> None:
-    """On a real server: the session's writes leave with the routing lookup, then the job (the relay's
-    wake ends its tracked read's wait in this process); the session is written, its job queued, and
-    its events reach the subscription."""
+@pytest.mark.parametrize(("live", "expected"), [
+    # several decoders: the session's writes leave with the routing lookup, then the job
+    (frozenset({"d1", "d2"}), [["EVALSHA", "HGETALL", "GET"], ["XADD"]]),
+    # one: a route could name only it, so no lookup; the session's writes and its job leave together
+    (frozenset({"d1"}), [["EVAL", "XADD"]]),
+], ids=["two-decoders", "one-decoder"])
+async def test_a_oneshot_request_opens_in_as_few_round_trips_as_its_routing_allows(
+        redis_url: str, live: frozenset[str], expected: list[list[str]]) -> None:
+    """On a real server (the relay's wake ends its tracked read's wait in this process): the session is
+    written, its job queued, and its events reach the subscription."""
     r, reader = bus.connect(redis_url), bus.connect(redis_url)
     batcher = bus.Batcher(r)
     trips = count_round_trips(batcher, r)
@@ -267,15 +286,16 @@ async def test_a_oneshot_request_opens_in_two_round_trips(redis_url: str) -> Non
     relay = Relay(r, reader, block_ms=60_000, batcher=batcher)
     await relay.start()
     state = SimpleNamespace(context=Context(), relay=relay,
-                            ops=SessionOps(cfg, r, Metrics(), batcher=batcher, live=lambda: frozenset()))
+                            ops=SessionOps(cfg, r, Metrics(), batcher=batcher, live=lambda: live))
     try:
         _, first = await open_session(state, Principal("k1", "k1"), PLAN)  # a server that never saw the
         relay.unsubscribe(first)  # script loads it, and it runs again: one more round trip, the first time
         trips.clear()
         sid, sub = await open_session(state, Principal("k1", "k1"), PLAN)
         # no active-index ZADD for a oneshot session; no wake stream
-        assert trips == [["EVALSHA", "HGETALL", "GET"], ["XADD"]]
-        assert (await state.ops.sessions.get(sid)).key == "k1"
+        assert trips == expected
+        info = await state.ops.sessions.get(sid)
+        assert info.key == "k1" and info.oneshot and info.max_turns == 1
         jobs = await r.xrange(keys.DECODE_JOBS)
         assert [decode_job(f[bus.FIELD]).sid for _, f in jobs][-1] == sid
         await bus.publish(r, [(keys.events(sid), event_bytes(sid, 0, 1, SessionEnded(reason="stop")))])

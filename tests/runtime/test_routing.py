@@ -80,11 +80,19 @@ async def test_the_live_decoders_known_and_a_batcher_save_round_trips(redis_url:
         await r.set(keys.decoder_route("k"), "d1")
         await r.hset(keys.DECODE_LOAD, mapping={"d1": 0, "d2": 0})
         # d1 has no heartbeat, but the caller saw it alive a moment ago: routed there, no EXISTS asked
-        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d1"})) == \
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d1", "d2"})) == \
             keys.decoder_jobs("d1")
         assert trips == [2]  # the load and the route, together
         await r.set(keys.decoder_heartbeat("d1"), "{}")
-        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d2"})) == keys.DECODE_JOBS
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d2", "d3"})) == \
+            keys.DECODE_JOBS
+        # one decoder alive: a route could name only it, and it reads the shared queue too: no lookup
+        del trips[:]
+        assert await routing.job_stream(r, cfg, key="k", batcher=batcher, live=frozenset({"d1"})) == keys.DECODE_JOBS
+        assert routing.settled(cfg, key="k", live=frozenset({"d1"})) == keys.DECODE_JOBS and trips == []
+        assert routing.settled(cfg, key="k", live=frozenset({"d1", "d2"})) is None
+        assert routing.settled(cfg, key="k") is None  # nothing known of the decoders: looked up
+        assert routing.settled(cfg, owner="d1", live=frozenset({"d1"})) is None  # an owner's stream is its own
         assert await routing.job_stream(r, cfg, key="k", batcher=batcher) == keys.decoder_jobs("d1")  # asks Redis
         assert await routing.job_stream(r, cfg, owner="d1", batcher=batcher, live=frozenset({"d1"})) == \
             keys.decoder_jobs("d1")
