@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -47,9 +48,16 @@ def conversation_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 
 def turn_started(pipe: Any, cfg: Config, key: str, worker: str) -> None:
     """Queue on ``pipe``: ``worker`` starts a turn of a conversation opening like ``key`` (it will hold that KV)."""
-    pipe.hincrby(keys.DECODE_LOAD, worker, 1)
+    for build in started_calls(cfg, key, worker):
+        build(pipe)
+
+
+def started_calls(cfg: Config, key: str, worker: str) -> list[Callable[[Any], Any]]:
+    """``turn_started``'s commands, each queued by one build (``pipe`` -> the command queued on it)."""
+    calls: list[Callable[[Any], Any]] = [lambda pipe: pipe.hincrby(keys.DECODE_LOAD, worker, 1)]
     if cfg.kv_routing == "prefix":
-        pipe.set(keys.decoder_route(key), worker, ex=cfg.route_ttl_s)
+        calls.append(lambda pipe: pipe.set(keys.decoder_route(key), worker, ex=cfg.route_ttl_s))
+    return calls
 
 
 def turn_ended(pipe: Any, worker: str) -> None:

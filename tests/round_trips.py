@@ -22,3 +22,20 @@ def count_round_trips(batcher: bus.Batcher, r: Any) -> list[list[str]]:
 
     batcher._round_trip = counted  # type: ignore[method-assign]
     return trips
+
+
+def record_pipelines(r: Any, monkeypatch: Any) -> list[list[str]]:
+    """From now on (until ``monkeypatch`` undoes it), each pipeline made from ``r`` appends the list of
+    its commands' names, filled as they are queued, to the list returned."""
+    sent: list[list[str]] = []
+    pipeline = r.pipeline
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        pipe, names = pipeline(*a, **kw), []
+        send = pipe.execute_command
+        pipe.execute_command = lambda *args, **o: (names.append(str(args[0]).split()[0]), send(*args, **o))[1]
+        sent.append(names)
+        return pipe
+
+    monkeypatch.setattr(r, "pipeline", recording)
+    return sent

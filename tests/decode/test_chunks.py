@@ -19,6 +19,7 @@ from schemas import keys
 from schemas.codec import decode_token
 from workers.decode.chunks import AbortCheck, ChunkWriter
 from workers.decode.constraints.formats import FORMATS, call_ends
+from tests.round_trips import record_pipelines
 
 SLOW_TICK_MS = 60_000.0  # no round comes from the clock within a test
 
@@ -356,17 +357,7 @@ async def test_a_lead_command_goes_once_just_ahead_of_the_turns_next_chunk(r, mo
     """A turn's turn.started rides in its first chunk's round trip, ahead of it, as EVAL: even a server
     that lost its scripts runs it before the chunk."""
     await r.script_flush()
-    sent: list[list[str]] = []  # the commands of each round trip, in order
-    pipeline = r.pipeline
-
-    def recording(*a, **kw):
-        pipe, names = pipeline(*a, **kw), []
-        send = pipe.execute_command
-        pipe.execute_command = lambda *args, **o: (names.append(args[0]), send(*args, **o))[1]
-        sent.append(names)
-        return pipe
-
-    monkeypatch.setattr(r, "pipeline", recording)
+    sent = record_pipelines(r, monkeypatch)  # the commands of each round trip, in order
     w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
     tc = _open(w, "ld")
     call = Sessions(r).publish_call("ld", 0, Field.decoder_seq(0, 1), [(1, b"started")], 100)
@@ -389,3 +380,21 @@ async def test_a_lead_command_that_fails_fails_its_turn(r) -> None:
         await w.flush(tc)
     with pytest.raises(ResponseError):
         w.add(tc, "b", 1)  # the turn is abandoned (and regenerated as a new attempt)
+
+
+async def test_several_lead_commands_go_in_order_and_an_error_of_any_fails_the_turn(r, monkeypatch) -> None:
+    """A text-only turn's routing announcement leads its first chunk beside its turn.started."""
+    sent = record_pipelines(r, monkeypatch)
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = _open(w, "l2")
+    w.lead(tc, lambda pipe: pipe.set("l2-a", "1"), lambda pipe: pipe.hincrby("l2-load", "d", 1))
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    assert sent == [["SET", "HINCRBY", "XADD"]] and await r.get("l2-a") == b"1"
+    assert await r.hget("l2-load", "d") == b"1"
+    await r.set("not-a-hash", "x")
+    tc = _open(w, "l3")
+    w.lead(tc, lambda pipe: pipe.set("l3-a", "1"), lambda pipe: pipe.hincrby("not-a-hash", "d", 1))
+    w.add(tc, "a", 1)
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await w.flush(tc)

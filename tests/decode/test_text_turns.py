@@ -11,6 +11,7 @@ import pytest
 
 from runtime import bus
 from runtime.config import load_config
+from runtime.routing import conversation_key
 from runtime.session import SessionInfo, SessionMode, Sessions, Status
 from runtime.turns import text_only
 from schemas import keys
@@ -20,6 +21,7 @@ from turnstream.cli import build_engine
 from workers.decode.worker import DecodeWorker
 from workers.parser import FORMATS, make_parser
 from workers.parser.registry import PlainParser
+from tests.round_trips import record_pipelines
 
 TEXT = "Hello there! Here is a plain answer with no calls in it, long enough for several chunks."
 TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
@@ -68,8 +70,16 @@ async def _run(r, redis_url: str, sid: str, tools: list | None = None, mode: Ses
     return worker
 
 
-async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_session(redis_url, r) -> None:
+async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_session(redis_url, r,
+                                                                                       monkeypatch) -> None:
+    sent = record_pipelines(r, monkeypatch)  # the commands of each pipelined round trip, in order
     await _run(r, redis_url, "t1")
+    monkeypatch.undo()
+    # the claim, then the first chunk's round: its turn.started and the routing announcement lead it (no
+    # round trip of their own before the first token)
+    assert [n for n in sent if n][:2] == [["HMGET", "EVAL", "LRANGE", "XREVRANGE"], ["EVAL", "HINCRBY", "SET", "XADD"]]
+    assert await r.get(keys.decoder_route(conversation_key([{"role": "user", "content": "hi"}], None))) == \
+        b"decode-text"
     events = await _events(r, "t1")
     kinds = [(e.src, _type(e)) for e in events]
     content = [e for e in events if _type(e) == "content.delta"]

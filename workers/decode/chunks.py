@@ -37,10 +37,11 @@ Contracts:
   parser skips the repeat (same ``seq``).  Past ``outage_s`` the round's turns fail: their next
   ``add`` or ``flush`` raises, and the turn is abandoned and regenerated as a new attempt.
 * ``flush(turn)`` returns once everything the turn added is written (its ``TokenEnd`` follows).
-* ``lead(turn, build)`` queues one command just ahead of the turn's next chunk, in the same round
-  trip (the turn's ``turn.started``, so that its first token costs one round trip, not two): the
-  command must be idempotent (a failed round is sent again, whole) and must not be able to fail
-  without the chunk behind it (a script goes as EVAL, never EVALSHA); its error fails the turn.
+* ``lead(turn, *builds)`` queues commands (each build one) just ahead of the turn's next chunk, in
+  the same round trip (the turn's ``turn.started``, so that its first token costs one round trip,
+  not two, and a text-only turn's routing announcement): a command must be one that may run twice (a
+  failed round is sent again, whole) and must not be able to fail without the chunk behind it (a
+  script goes as EVAL, never EVALSHA); an error of any fails the turn.
 * **Token chunks or events.**  A turn's chunks are ``TokenChunk`` entries of its token log, for its
   parser; a text-only turn (``runtime.turns.text_only``) opens with ``make``, which turns each
   chunk into the parse stage's event for the session's event log instead (``workers.decode.turn``).
@@ -139,7 +140,7 @@ class TurnChunks:
         self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
         self.error: BaseException | None = None  # a round of this turn failed for good
         self.waiters: list[asyncio.Future] = []  # ``flush`` callers
-        self.head: Callable[[Any], Any] | None = None  # ``lead``: a command sent just ahead of the next chunk
+        self.head: tuple[Callable[[Any], Any], ...] | None = None  # ``lead``: sent just ahead of the next chunk
 
     def idle(self) -> bool:
         return not self.text and not self.tokens and not self.pending and self.head is None
@@ -213,9 +214,10 @@ class ChunkWriter:
         tc.tail = seen[-tc.keep:] if tc.keep else ""
         return any(end in seen[max(0, old - len(end) + 1):] for end in tc.ends)
 
-    def lead(self, tc: TurnChunks, build: Callable[[Any], Any]) -> None:
-        """Send ``build(pipe)`` (one command) in the round that carries ``tc``'s next chunk, just ahead of it."""
-        tc.head = build
+    def lead(self, tc: TurnChunks, *builds: Callable[[Any], Any]) -> None:
+        """Send each ``build(pipe)`` (one command each) in the round that carries ``tc``'s next chunk, just
+        ahead of it, in order."""
+        tc.head = builds or None
 
     async def flush(self, tc: TurnChunks) -> None:
         """Until everything ``tc`` added is written; raises the turn's error."""
@@ -332,8 +334,8 @@ class ChunkWriter:
     async def _round_trip(self, batch: list[tuple[TurnChunks, tuple | None, bool, Any]]) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
         for tc, xadd, check, head in batch:
-            if head is not None:
-                head(pipe)
+            for build in head or ():
+                build(pipe)
             if xadd is not None:
                 pipe.execute_command(*xadd)
             if check:
@@ -349,10 +351,10 @@ class ChunkWriter:
         it = iter(replies)
         for tc, xadd, check, head in batch:
             tc.pending -= 1
-            led = next(it) if head is not None else None
+            led = [next(it) for _ in head or ()]
             written = next(it) if xadd is not None else None
             status = next(it) if check else None
-            failed = next((x for x in (led, written) if isinstance(x, Exception)), None)
+            failed = next((x for x in (*led, written) if isinstance(x, Exception)), None)
             if failed is not None:  # a server's answer to this turn's commands (not an outage)
                 tc.fail(failed)
                 continue

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,10 +115,11 @@ class TurnRun:
                                    constraint=turn_constraint(self.ctx.cfg, self.info.tools, self.info.params,
                                                               self.continuation, self.turn))
         self.prefill = self.req.params.prefill
-        await self._announce()
+        if not self.text_only:  # a text-only turn announces itself with its first chunk (``_turn_started``)
+            await self._announce()
+            self.counted = True
         if self.attempt > 1:
             await self._event(0, TurnRestarted(reason="decoder lost; regenerating"))
-        self.counted = True  # by ``_announce``
         try:
             await self._stream()
         finally:
@@ -131,10 +133,9 @@ class TurnRun:
         """Queue the turn's parse job and route the conversation's next requests here, in one round
         trip (before the turn ends, so that a client's immediate follow-up already finds the route)."""
         pipe = self.ctx.r.pipeline(transaction=False)
-        if not self.text_only:
-            after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
-            job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
-            pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
+        after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
+        job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
+        pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
         key = routing.conversation_key(self.req.messages, self.req.tools)
         routing.turn_started(pipe, self.ctx.cfg, key, self.ctx.me)
         await pipe.execute()
@@ -237,7 +238,22 @@ class TurnRun:
         body = TurnStarted(prompt_tokens=last.prompt_tokens, cached_tokens=last.cached_tokens,
                            host_cached_tokens=last.host_cached_tokens, worker=self.ctx.me,
                            continuation=self.continuation)
-        self.ctx.chunks.lead(chunks, self._event_call(1, body).with_text)
+        builds = [self._event_call(1, body).with_text]
+        if self.text_only:
+            builds += self._announcement()
+        self.ctx.chunks.lead(chunks, *builds)
+
+    def _announcement(self) -> list[Callable[[Any], Any]]:
+        """A text-only turn's ``_announce`` (it queues no parse job: the route and the load count alone), as
+        builds for its first chunk's round: no round trip of its own before the first token.  The turn
+        counts in the decoders' load from that round on (``counted``)."""
+        first, *rest = routing.started_calls(self.ctx.cfg, routing.conversation_key(self.req.messages, self.req.tools),
+                                             self.ctx.me)
+
+        def counted(pipe: Any) -> Any:
+            self.counted = True
+            return first(pipe)
+        return [counted, *rest]
 
     async def _through(self, call: Any) -> Any:
         """``call()``, retried through a redis outage for up to ``bus.OUTAGE_S`` (see the module doc)."""
