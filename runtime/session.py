@@ -510,9 +510,17 @@ class Sessions:
         a decoder that dies between its parts cannot leave a turn marked generated whose session never
         ends.  ``also(pipe)`` goes behind it in the same round trip.  Returns 1 when the session ended
         here, 0 when it had ended (a cancel came first), -1 when the attempt is not the turn's latest."""
+        call = self.end_text_call(sid, turn, attempt, message, seq, turn_ended, session_ended, status, maxlen,
+                                  entries=entries, ttl_s=ttl_s)
+        return int((await self._send(call, *([also] if also is not None else [])))[0])
+
+    def end_text_call(self, sid: str, turn: int, attempt: int, message: dict[str, Any], seq: int,
+                      turn_ended: bytes, session_ended: bytes, status: Status, maxlen: int, *,
+                      entries: list[dict[str, Any]], ttl_s: int = 0) -> bus.ScriptCall:
+        """``end_text_turn``'s script run, to queue on a pipeline with other commands (its reply as
+        ``end_text_turn``'s)."""
         args = [turn, attempt, Field.attempts(turn), Field.done(turn), Field.message(turn), json.dumps(message),
                 Field.parser_seq(turn, attempt), seq, turn_ended, Field.ended(turn), maxlen, session_ended,
                 status.value, repr(time.time()), ttl_s]
         args += [json.dumps(m) for m in entries]
-        call = bus.ScriptCall(self._end_text, keys.session_keys(sid, turn + 1), args)
-        return int((await self._send(call, *([also] if also is not None else [])))[0])
+        return bus.ScriptCall(self._end_text, keys.session_keys(sid, turn + 1), args)

@@ -148,6 +148,14 @@ class Turns:
                                                  bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
                                                  ttl_s=self.ttl_s, also=also)
 
+    def end_text_call(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any], seq: int,
+                      turn_ended: bytes, info: SessionInfo) -> bus.ScriptCall:
+        """``end_text``'s script run, to queue on a pipeline with other commands (its reply as ``end_text``'s)."""
+        data, status = self._ending(sid, turn, reason, message["content"])
+        return self.sessions.end_text_call(sid, turn, attempt, message, seq, turn_ended, data, status,
+                                           bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
+                                           ttl_s=self.ttl_s)
+
     @staticmethod
     def _ending(sid: str, turn: int, reason: str, content: str) -> tuple[bytes, Status]:
         """The ``session.ended`` event of an ending and the status it leaves."""

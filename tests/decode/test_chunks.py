@@ -398,3 +398,31 @@ async def test_several_lead_commands_go_in_order_and_an_error_of_any_fails_the_t
     w.add(tc, "a", 1)
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         await w.flush(tc)
+
+
+async def test_a_trail_goes_just_behind_the_last_chunk_and_its_replies_are_the_flushs(r, monkeypatch) -> None:
+    """A text-only turn's end rides its last chunk's round trip, told how many chunks the turn wrote; with
+    nothing buffered it goes in a round of its own; an error of its commands fails the turn."""
+    sent = record_pipelines(r, monkeypatch)
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    tc = w.open(keys.events("tr"), keys.session("tr"), 0, 1, make=lambda seq, text, since: f"{seq}:{text}".encode())
+    told: list[int] = []
+
+    def end(seq: int) -> list:
+        told.append(seq)
+        return [lambda pipe: pipe.set("tr-end", seq), lambda pipe: pipe.incr("tr-n")]
+
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    w.add(tc, "b", 1)
+    assert await w.flush(tc, then=end) == [True, 1]
+    assert sent == [["XADD"], ["XADD", "SET", "INCRBY"]] and told == [2] and await r.get("tr-end") == b"2"
+    tc = w.open(keys.events("tr2"), keys.session("tr2"), 0, 1, make=lambda seq, text, since: text.encode())
+    w.add(tc, "a", 1)
+    await w.flush(tc)
+    assert await w.flush(tc, then=end) == [True, 2] and sent[-1] == ["SET", "INCRBY"] and told[-1] == 1
+    await r.set("not-a-number", "x")
+    tc = w.open(keys.events("tr3"), keys.session("tr3"), 0, 1, make=lambda seq, text, since: text.encode())
+    w.add(tc, "a", 1)
+    with pytest.raises(ResponseError):
+        await w.flush(tc, then=lambda seq: [lambda pipe: pipe.incr("not-a-number")])

@@ -77,7 +77,9 @@ async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_s
     monkeypatch.undo()
     # the claim, then the first chunk's round: its turn.started and the routing announcement lead it (no
     # round trip of their own before the first token)
-    assert [n for n in sent if n][:2] == [["HMGET", "EVAL", "LRANGE", "XREVRANGE"], ["EVAL", "HINCRBY", "SET", "XADD"]]
+    rounds = [n for n in sent if n]
+    assert rounds[:2] == [["HMGET", "EVAL", "LRANGE", "XREVRANGE"], ["EVAL", "HINCRBY", "SET", "XADD"]]
+    assert rounds[-1] == ["XADD", "EVAL", "HINCRBY"]  # the last chunk, the turn's end behind it and the load
     assert await r.get(keys.decoder_route(conversation_key([{"role": "user", "content": "hi"}], None))) == \
         b"decode-text"
     events = await _events(r, "t1")
@@ -118,16 +120,19 @@ async def test_a_text_only_turn_cancelled_first_does_not_end_its_session_again(r
     """A cancel ends the session first (its ``session.ended``): the turn's own end then publishes neither
     its ``turn.ended`` (the once-script refuses after the turn's ending) nor a second ending."""
     from runtime.turns import Turns
+    from workers.decode.chunks import ChunkWriter
 
     cancelled = asyncio.Event()
-    end_text = Turns.end_text
+    flush = ChunkWriter.flush
 
-    async def cancel_first(self, sid, *args, **kwargs):
-        await Turns(self.r).end(sid, 0, "cancelled")
-        cancelled.set()
-        return await end_text(self, sid, *args, **kwargs)
+    async def cancel_first(self, tc, then=None):  # the turn's end rides a flush: every chunk out, the cancel, then it
+        if then is not None:
+            await flush(self, tc)
+            await Turns(r).end("c1", 0, "cancelled")
+            cancelled.set()
+        return await flush(self, tc, then)
 
-    monkeypatch.setattr(Turns, "end_text", cancel_first)
+    monkeypatch.setattr(ChunkWriter, "flush", cancel_first)
     await _run(r, redis_url, "c1")
     assert cancelled.is_set()
     events = await _events(r, "c1")

@@ -42,6 +42,10 @@ Contracts:
   not two, and a text-only turn's routing announcement): a command must be one that may run twice (a
   failed round is sent again, whole) and must not be able to fail without the chunk behind it (a
   script goes as EVAL, never EVALSHA); an error of any fails the turn.
+* ``flush(turn, then)`` sends ``then(seq)``'s commands just behind the turn's last chunk, in its round
+  trip (a text-only turn's end: its ``turn.ended``, the fold and ``session.ended`` reach the event log
+  with its last text, one round trip, one wake of every reader, not two), under the same rules as a
+  lead's; their replies are ``flush``'s.
 * **Token chunks or events.**  A turn's chunks are ``TokenChunk`` entries of its token log, for its
   parser; a text-only turn (``runtime.turns.text_only``) opens with ``make``, which turns each
   chunk into the parse stage's event for the session's event log instead (``workers.decode.turn``).
@@ -68,6 +72,8 @@ from workers.decode.engine import Engine, GenerateRequest
 log = logging.getLogger(__name__)
 
 Make = Callable[[int, str, float], bytes]  # (seq, text, since) -> the stream entry of a chunk
+Build = Callable[[Any], Any]  # queues one command on a pipeline
+Trail = Callable[[int], list[Build]]  # (the turn's chunks written) -> the commands behind its last one
 EARLY_S = 0.002  # a deadline this close counts as reached: uvloop's timers round to the millisecond and may
 # fire up to one early, and re-arming for the rest would spin the loop until it passed
 
@@ -117,8 +123,8 @@ class TurnChunks:
     """One turn attempt's side of the writer: its buffered text, its next ``seq``, its abort check."""
 
     __slots__ = ("abort", "attempt", "due", "ends", "error", "first", "gap", "head", "keep", "last", "make", "maxlen",
-                 "oldest", "pending", "seq", "session_key", "since", "stream", "tail", "text", "tokens", "turn",
-                 "waiters")
+                 "oldest", "pending", "seq", "session_key", "since", "stream", "tail", "text", "tokens", "trail",
+                 "trailed", "turn", "waiters")
 
     def __init__(self, stream: str, session_key: str, turn: int, attempt: int, abort: AbortCheck | None,
                  ends: tuple[str, ...] = (), make: Make | None = None, maxlen: int = bus.TOKEN_STREAM_MAXLEN) -> None:
@@ -140,10 +146,12 @@ class TurnChunks:
         self.pending = 0  # chunks taken into rounds whose round trip has not succeeded yet
         self.error: BaseException | None = None  # a round of this turn failed for good
         self.waiters: list[asyncio.Future] = []  # ``flush`` callers
-        self.head: tuple[Callable[[Any], Any], ...] | None = None  # ``lead``: sent just ahead of the next chunk
+        self.head: tuple[Build, ...] | None = None  # ``lead``: sent just ahead of the next chunk
+        self.trail: Trail | None = None  # ``flush``'s ``then``: sent just behind the last chunk
+        self.trailed: list[Any] | None = None  # the replies of ``trail``'s commands
 
     def idle(self) -> bool:
-        return not self.text and not self.tokens and not self.pending and self.head is None
+        return not self.text and not self.tokens and not self.pending and self.head is None and self.trail is None
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc
@@ -159,6 +167,10 @@ class TurnChunks:
                 if not fut.done():
                     fut.set_result(None)
             self.waiters.clear()
+
+
+# one turn's part of a round: its chunk's XADD (None: none), whether its status is read, its lead's and trail's commands
+Sent = tuple[TurnChunks, tuple | None, bool, tuple[Build, ...] | None, tuple[Build, ...]]
 
 
 class ChunkWriter:
@@ -214,26 +226,33 @@ class ChunkWriter:
         tc.tail = seen[-tc.keep:] if tc.keep else ""
         return any(end in seen[max(0, old - len(end) + 1):] for end in tc.ends)
 
-    def lead(self, tc: TurnChunks, *builds: Callable[[Any], Any]) -> None:
+    def lead(self, tc: TurnChunks, *builds: Build) -> None:
         """Send each ``build(pipe)`` (one command each) in the round that carries ``tc``'s next chunk, just
         ahead of it, in order."""
         tc.head = builds or None
 
-    async def flush(self, tc: TurnChunks) -> None:
-        """Until everything ``tc`` added is written; raises the turn's error."""
+    async def flush(self, tc: TurnChunks, then: Trail | None = None) -> list[Any] | None:
+        """Until everything ``tc`` added is written; raises the turn's error.  ``then`` (a turn opened with
+        ``make``): ``then(seq)``, seq the turn's chunks once its last is taken, gives commands (each build
+        one) sent just behind that chunk, in its round trip -- or in a round of their own after the ones in
+        flight, when nothing is buffered; their replies are returned (see the module doc)."""
         if tc.error is not None:
             raise tc.error
+        if then is not None:
+            assert tc.make is not None, "a trail follows a text-only turn's events"
+            tc.trail = then
         if tc.idle():
-            return
+            return tc.trailed
         fut = asyncio.get_running_loop().create_future()
         tc.waiters.append(fut)
-        if tc.text or tc.tokens or tc.head is not None:  # buffered: due now (else a round in flight is waited for)
-            if tc not in self.dirty:  # a lead with nothing behind it (a turn that ended with no text)
+        if tc.text or tc.tokens or tc.head is not None or tc.trail is not None:  # buffered: due now (else a
+            if tc not in self.dirty:  # round in flight is waited for); a lead or trail with nothing beside it
                 tc.oldest = self.clock()
                 self.dirty[tc] = None
             tc.due = self.urgent = True
             self._schedule()
         await fut
+        return tc.trailed
 
     def close(self, tc: TurnChunks) -> None:
         """Forget ``tc`` (its turn ended or was abandoned): what it still buffered is dropped."""
@@ -287,7 +306,7 @@ class ChunkWriter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _take(self) -> list[tuple[TurnChunks, tuple, bool, Any]]:
+    def _take(self) -> list[Sent]:
         """The chunks of the turns due (and of those whose oldest delta is, or is within ``ms``/4 of, ``ms``
         old, when one is), encoded; their buffers empty."""
         now, clock = time.monotonic(), self.clock()
@@ -306,19 +325,20 @@ class ChunkWriter:
                 xadd = bus.xadd(tc.stream, data, tc.maxlen)
             elif text:
                 xadd = bus.xadd(tc.stream, tc.make(tc.seq, text, tc.since), tc.maxlen)
-            elif tc.head is None:  # no text, nothing to lead: nothing to send
+            elif tc.head is None and tc.trail is None:  # no text, nothing to lead or trail: nothing to send
                 tc.text, tc.tokens, tc.due = [], 0, False
                 tc.settle()
                 continue
             if xadd is not None:
                 tc.seq, tc.first = tc.seq + 1, False
+            tail = tuple(tc.trail(tc.seq)) if tc.trail is not None else ()
             tc.text, tc.tokens, tc.pending = [], 0, tc.pending + 1
-            batch.append((tc, xadd, tc.abort is not None and tc.abort.due(now), tc.head))
-            tc.head, tc.due = None, False
+            batch.append((tc, xadd, tc.abort is not None and tc.abort.due(now), tc.head, tail))
+            tc.head, tc.trail, tc.due = None, None, False
         self.dirty = left
         return batch
 
-    async def _round(self, batch: list[tuple[TurnChunks, tuple, bool, Any]]) -> None:
+    async def _round(self, batch: list[Sent]) -> None:
         try:
             replies = await bus.through_outage(lambda: self._round_trip(batch), self.outage_s, "decoder chunks")
         except Exception as exc:  # unreachable past the outage: the round's turns fail and are regenerated
@@ -331,13 +351,15 @@ class ChunkWriter:
             self.busy = False
             self._schedule()
 
-    async def _round_trip(self, batch: list[tuple[TurnChunks, tuple | None, bool, Any]]) -> list[Any]:
+    async def _round_trip(self, batch: list[Sent]) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
-        for tc, xadd, check, head in batch:
+        for tc, xadd, check, head, tail in batch:
             for build in head or ():
                 build(pipe)
             if xadd is not None:
                 pipe.execute_command(*xadd)
+            for build in tail:
+                build(pipe)
             if check:
                 pipe.execute_command("HMGET", tc.session_key, *tc.abort.fields)  # type: ignore[union-attr]
         try:
@@ -347,17 +369,20 @@ class ChunkWriter:
         self.rounds += 1
         return replies
 
-    def _settle(self, batch: list[tuple[TurnChunks, tuple, bool, Any]], replies: list[Any]) -> None:
+    def _settle(self, batch: list[Sent], replies: list[Any]) -> None:
         it = iter(replies)
-        for tc, xadd, check, head in batch:
+        for tc, xadd, check, head, tail in batch:
             tc.pending -= 1
             led = [next(it) for _ in head or ()]
             written = next(it) if xadd is not None else None
+            trailed = [next(it) for _ in tail]
             status = next(it) if check else None
-            failed = next((x for x in (*led, written) if isinstance(x, Exception)), None)
+            failed = next((x for x in (*led, written, *trailed) if isinstance(x, Exception)), None)
             if failed is not None:  # a server's answer to this turn's commands (not an outage)
                 tc.fail(failed)
                 continue
+            if tail:
+                tc.trailed = trailed
             if check and not isinstance(status, Exception):
                 self._spawn(tc.abort.apply(*status))  # type: ignore[union-attr]
             tc.settle()

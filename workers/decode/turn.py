@@ -152,9 +152,15 @@ class TurnRun:
         self.ctx.aborts[self.sid, self.turn] = check
         if (self.sid, self.turn) in self.ctx.cancelled:  # cancelled while it started: check with the first chunk
             check.next_at = 0.0
+        ended: list[Any] | None = None
         try:
             await self._pump(gen, chunks)
-            await self.ctx.chunks.flush(chunks)
+            if self.text_only:  # the engine's request closed first, then the KV held, as for any turn's end
+                await gen.aclose()
+                self.ctx.kv.turn_ended(self.info, self.turn)
+                ended = await self.ctx.chunks.flush(chunks, then=self._end_text)
+            else:
+                await self.ctx.chunks.flush(chunks)
         finally:
             del self.ctx.aborts[self.sid, self.turn]  # one run of a turn at a time here (``running``)
             self.ctx.chunks.close(chunks)
@@ -162,7 +168,8 @@ class TurnRun:
             with contextlib.suppress(Exception):
                 await gen.aclose()
         if self.text_only:
-            await self._end_text(chunks.seq)
+            assert ended is not None  # the trail's replies: the end's, the load's
+            await self._text_ended(int(ended[0]))
             return
         last = self.last
         end = TokenEnd(turn=self.turn, attempt=self.attempt, seq=chunks.seq, finish_reason=last.finish_reason or "stop",
@@ -189,11 +196,13 @@ class TurnRun:
         return encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq + 1, src="parser",
                             ts=time.time(), body=ContentDelta(text=text), t0=since))
 
-    async def _end_text(self, chunks_written: int) -> None:
+    def _end_text(self, chunks_written: int) -> list[Callable[[Any], Any]]:
         """A text-only turn's end, as its parser's would be (``workers.parser.turn_parse``): its message and
         ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended``, in one script with the
-        decoders' load beside it (``Turns.end_text``), then its KV kept for a follow-up or released.  An
-        attempt that a newer one replaced (this decoder was taken for dead) writes nothing."""
+        decoders' load beside it (``Turns.end_text``), sent just behind the turn's last chunk, in its round
+        trip (``ChunkWriter.flush``'s ``then``; the script as EVAL, as a lead's).  An attempt that a newer
+        one replaced (this decoder was taken for dead) writes nothing.  The load goes down here even when
+        the round also carries the announcement that counted the turn (``_announcement``: just ahead)."""
         last = self.last
         reason, text = last.finish_reason or "stop", "".join(self.parts)
         seq = chunks_written + 1
@@ -202,14 +211,17 @@ class TurnRun:
         ended = encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq, src="parser", ts=time.time(),
                              body=body))
         message = {"role": "assistant", "content": text, "raw": text}
-        self.ctx.kv.turn_ended(self.info, self.turn)
-        outcome = await self._through(lambda: self.ctx.turns.end_text(
-            self.sid, self.turn, self.attempt, reason, message, seq, ended, self.info,
-            also=lambda p: routing.turn_ended(p, self.ctx.me)))
+        end = self.ctx.turns.end_text_call(self.sid, self.turn, self.attempt, reason, message, seq, ended, self.info)
+        return [end.with_text, lambda p: routing.turn_ended(p, self.ctx.me)]
+
+    async def _text_ended(self, outcome: int) -> None:
+        """After a text-only turn's end (``_end_text``; ``outcome``, its script's): its KV kept for a
+        follow-up or released."""
         self.counted = False
         await self.ctx.kv.parsed(TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[]))
         log.log(self._done_level, "sid=%s turn=%d attempt=%d done: %d tokens, %s (text only%s)", self.sid, self.turn,
-                self.attempt, last.completion_tokens, reason, "; a newer attempt holds the turn" if outcome < 0 else "")
+                self.attempt, self.last.completion_tokens, self.last.finish_reason or "stop",
+                "; a newer attempt holds the turn" if outcome < 0 else "")
 
     async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
         """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""
