@@ -426,3 +426,24 @@ async def test_a_trail_goes_just_behind_the_last_chunk_and_its_replies_are_the_f
     w.add(tc, "a", 1)
     with pytest.raises(ResponseError):
         await w.flush(tc, then=lambda seq: [lambda pipe: pipe.incr("not-a-number")])
+
+
+async def test_a_trail_that_raises_fails_its_turn_alone(r) -> None:
+    """The turn's own code builds its trail inside the writer's round: what it raises fails that turn,
+    and the other turns of the round are written as ever (the writer goes on)."""
+    w = ChunkWriter(r, n=100, ms=SLOW_TICK_MS)
+    bad = w.open(keys.events("tb"), keys.session("tb"), 0, 1, make=lambda seq, text, since: text.encode())
+    good = w.open(keys.events("tg"), keys.session("tg"), 0, 1, make=lambda seq, text, since: text.encode())
+    w.add(bad, "a", 1)
+    w.add(good, "b", 1)
+
+    def broken(seq: int) -> list:
+        raise ValueError("no end")
+
+    with pytest.raises(ValueError, match="no end"):
+        await asyncio.gather(w.flush(bad, then=broken), w.flush(good))
+    await w.flush(good)
+    assert await r.xlen(keys.events("tg")) == 1 and await r.xlen(keys.events("tb")) == 1  # its chunk, no end
+    w.add(good, "c", 1)
+    await w.flush(good)
+    assert await r.xlen(keys.events("tg")) == 2

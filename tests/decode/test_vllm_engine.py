@@ -6,6 +6,7 @@ engine serves the whole module: each start costs 10-20 s on CPU.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,6 +17,7 @@ from tests.decode.engine_contract import Case
 from tests.decode.scripted_model import Script, build_scripted_checkpoint
 from tests.decode.vllm_env import BLOCK_SIZE, ENGINE_ARGS, set_vllm_env
 from runtime.config import ConfigError, load_config
+from workers.decode.constraints import constraint_for
 from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
@@ -125,21 +127,29 @@ def test_build_engine_picks_vllm(tmp_path) -> None:
 
 
 @module_loop
-async def test_a_request_reaches_vllm_without_a_thread_hop(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The prompt's ids go to vLLM as an engine input already rendered, checked on the event loop: the
-    renderer's thread pool (``process_inputs_async``), which raw prompts take, is never used."""
+async def test_a_short_free_request_reaches_vllm_without_a_thread_hop_and_a_constrained_one_with_it(
+        case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short prompt with no grammar goes to vLLM as an engine input already rendered, checked on the
+    event loop (the renderer's thread pool, ``process_inputs_async``, never used); a constrained one
+    through that pool, whose checks compile its grammar off the loop."""
     processor = case.engine.llm.input_processor
-    inline = []
-    checked = processor.process_inputs
+    inline, hopped = [], []
+    checked, checked_async = processor.process_inputs, processor.process_inputs_async
 
     def counted(*args, **kwargs):
-        inline.append(args[1]["type"])
+        inline.append(args[1].get("type"))
         return checked(*args, **kwargs)
 
     async def hop(*args, **kwargs):
-        raise AssertionError("the prompt went through the renderer's thread pool")
+        hopped.append(args[1])
+        return await checked_async(*args, **kwargs)
 
     monkeypatch.setattr(processor, "process_inputs", counted)
     monkeypatch.setattr(processor, "process_inputs_async", hop)
     deltas = await engine_contract.collect(case.engine, engine_contract.request())
-    assert inline == ["token"] and deltas[-1].completion_tokens > 0
+    assert inline == ["token"] and hopped == [] and deltas[-1].completion_tokens > 0
+    inline.clear()
+    constrained = dataclasses.replace(engine_contract.request(max_tokens=20), constraint=constraint_for(
+        "hermes", None, engine_contract.TOOLS, {"tool_choice": "required"}))
+    deltas = await engine_contract.collect(case.engine, constrained)
+    assert len(hopped) == 1 and "type" not in hopped[0] and inline == [] and deltas[-1].completion_tokens > 0

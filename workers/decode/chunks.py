@@ -169,7 +169,8 @@ class TurnChunks:
             self.waiters.clear()
 
 
-# one turn's part of a round: its chunk's XADD (None: none), whether its status is read, its lead's and trail's commands
+# one turn's part of a round: its chunk's XADD (None: none), whether its status is read, its lead's and trail's
+# commands; sent as head, XADD, status read, trail
 Sent = tuple[TurnChunks, tuple | None, bool, tuple[Build, ...] | None, tuple[Build, ...]]
 
 
@@ -318,20 +319,26 @@ class ChunkWriter:
             if not (tc.due or tc.oldest <= near):
                 left[tc] = None
                 continue
-            text, xadd = "".join(tc.text), None
-            if tc.make is None:
-                data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text=text, n_tokens=tc.tokens,
-                                         t_emit=tc.since))
-                xadd = bus.xadd(tc.stream, data, tc.maxlen)
-            elif text:
-                xadd = bus.xadd(tc.stream, tc.make(tc.seq, text, tc.since), tc.maxlen)
-            elif tc.head is None and tc.trail is None:  # no text, nothing to lead or trail: nothing to send
-                tc.text, tc.tokens, tc.due = [], 0, False
-                tc.settle()
+            text, xadd, tail = "".join(tc.text), None, ()
+            try:  # the turn's own code builds its entries and its trail: what it raises fails it alone
+                if tc.make is None:
+                    data = encode(TokenChunk(turn=tc.turn, attempt=tc.attempt, seq=tc.seq, text=text,
+                                             n_tokens=tc.tokens, t_emit=tc.since))
+                    xadd = bus.xadd(tc.stream, data, tc.maxlen)
+                elif text:
+                    xadd = bus.xadd(tc.stream, tc.make(tc.seq, text, tc.since), tc.maxlen)
+                elif tc.head is None and tc.trail is None:  # no text, nothing to lead or trail: nothing to send
+                    tc.text, tc.tokens, tc.due = [], 0, False
+                    tc.settle()
+                    continue
+                if tc.trail is not None:
+                    tail = tuple(tc.trail(tc.seq + (xadd is not None)))
+            except Exception as exc:
+                tc.text, tc.tokens, tc.head, tc.trail, tc.due = [], 0, None, None, False
+                tc.fail(exc)
                 continue
             if xadd is not None:
                 tc.seq, tc.first = tc.seq + 1, False
-            tail = tuple(tc.trail(tc.seq)) if tc.trail is not None else ()
             tc.text, tc.tokens, tc.pending = [], 0, tc.pending + 1
             batch.append((tc, xadd, tc.abort is not None and tc.abort.due(now), tc.head, tail))
             tc.head, tc.trail, tc.due = None, None, False
@@ -358,10 +365,10 @@ class ChunkWriter:
                 build(pipe)
             if xadd is not None:
                 pipe.execute_command(*xadd)
+            if check:  # ahead of the trail: the status before the turn's own end
+                pipe.execute_command("HMGET", tc.session_key, *tc.abort.fields)  # type: ignore[union-attr]
             for build in tail:
                 build(pipe)
-            if check:
-                pipe.execute_command("HMGET", tc.session_key, *tc.abort.fields)  # type: ignore[union-attr]
         try:
             replies = await pipe.execute(raise_on_error=False)
         except AttributeError as exc:  # redis-py 5: a cluster pipeline whose client re-initialized its nodes
@@ -375,8 +382,8 @@ class ChunkWriter:
             tc.pending -= 1
             led = [next(it) for _ in head or ()]
             written = next(it) if xadd is not None else None
-            trailed = [next(it) for _ in tail]
             status = next(it) if check else None
+            trailed = [next(it) for _ in tail]
             failed = next((x for x in (*led, written, *trailed) if isinstance(x, Exception)), None)
             if failed is not None:  # a server's answer to this turn's commands (not an outage)
                 tc.fail(failed)

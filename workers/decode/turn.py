@@ -156,7 +156,8 @@ class TurnRun:
         try:
             await self._pump(gen, chunks)
             if self.text_only:  # the engine's request closed first, then the KV held, as for any turn's end
-                await gen.aclose()
+                with contextlib.suppress(Exception):
+                    await gen.aclose()
                 self.ctx.kv.turn_ended(self.info, self.turn)
                 ended = await self.ctx.chunks.flush(chunks, then=self._end_text)
             else:

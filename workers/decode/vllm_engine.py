@@ -173,19 +173,22 @@ class VllmEngine:
         admitted = False
         try:
             idle = self.gate.rule.idle(time.monotonic()) if req.session not in self.gate.rule.sessions else []
-            if prompt_chars(req.messages, req.tools, req.params.prefill) <= SHORT_PROMPT_CHARS:
+            short = prompt_chars(req.messages, req.tools, req.params.prefill) <= SHORT_PROMPT_CHARS
+            if short:
                 ids, reused, predecessor = self._prompt_ids(req, idle)  # quicker than a thread hop
             else:
                 ids, reused, predecessor = await asyncio.to_thread(self._prompt_ids, req, idle)
             if predecessor is not None:
                 self.gate.rule.inherit(req.session, predecessor, time.monotonic())
-            sampling = _sampling(req.params, self._grammar(req))
+            grammar = self._grammar(req)
+            sampling = _sampling(req.params, grammar)
             admitted = await self.gate.enter(req.session, req.rid, len(ids))
             if not admitted:  # aborted while it waited for room: vLLM never saw it
                 yield GenerateDelta(text="", n_tokens=0, finished=True, finish_reason="abort", prompt_tokens=len(ids))
                 return
             await self.refresher.send(self.gate.rule.to_refresh(time.monotonic()))
-            stream = self.llm.generate(_tokens_prompt(ids), sampling, req.rid, priority=0 if req.continuation else 1)
+            stream = self.llm.generate(_tokens_prompt(ids, inline=short and grammar is None), sampling, req.rid,
+                                       priority=0 if req.continuation else 1)
             async with contextlib.aclosing(stream):  # closing it early aborts the request in vLLM
                 completion: list[int] = []
                 async for out in stream:
@@ -285,13 +288,15 @@ def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
         return call
 
 
-def _tokens_prompt(ids: list[int]) -> Any:
-    """The prompt as vLLM's engine input already rendered (``type: token``): ``AsyncLLM`` checks it on the
-    event loop.  A ``TokensPrompt`` (no ``type``) counts as raw and goes through the renderer's thread
-    pool -- a thread hop per request, ~0.2 ms of the decoder's CPU (one-token requests at 32 in flight)."""
-    from vllm.inputs import tokens_input
+def _tokens_prompt(ids: list[int], inline: bool) -> Any:
+    """The prompt for vLLM.  ``inline`` (a short prompt, no grammar): an engine input already rendered
+    (``tokens_input``, ``type: token``), which ``AsyncLLM`` checks on the event loop -- a ``TokensPrompt``
+    counts as raw and crosses the renderer's thread pool, a thread hop per request (~0.2 ms of the
+    decoder's CPU, one-token requests at 32 in flight).  Else that hop, which keeps off the loop the
+    checks that grow with the request: a long prompt's ids, a grammar's compilation."""
+    from vllm.inputs import TokensPrompt, tokens_input
 
-    return tokens_input(ids)
+    return tokens_input(ids) if inline else TokensPrompt(prompt_token_ids=ids)
 
 
 def _sampling(p: SamplingParams, grammar: str | None = None) -> Any:
