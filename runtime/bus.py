@@ -313,9 +313,16 @@ class GroupReader:
             await self.r.xack(entry.stream, self.group, entry.id)
             return
         pipe = self.r.pipeline(transaction=False)  # one stream: one slot
-        pipe.xack(entry.stream, self.group, entry.id)
-        pipe.xdel(entry.stream, entry.id)
+        for build in self.ack_calls(entry, delete):
+            build(pipe)
         await pipe.execute()
+
+    def ack_calls(self, entry: Entry, delete: bool = False) -> list[Callable[[Any], Any]]:
+        """``ack``'s commands, each queued by one build, for a caller that sends them in a round trip of its own."""
+        calls: list[Callable[[Any], Any]] = [lambda pipe: pipe.xack(entry.stream, self.group, entry.id)]
+        if delete:
+            calls.append(lambda pipe: pipe.xdel(entry.stream, entry.id))
+        return calls
 
 
 async def dead_letter(r: aioredis.Redis, entry: Entry, reason: str, group: str | None = None) -> None:

@@ -2,6 +2,7 @@
 
     ┌─ read loop ───── XREADGROUP BLOCK ──> spawn(entry) ──> handler.handle(entry) ─┐
     │                                                            Done.ACK   -> XACK (+ XDEL)
+    │                                                            Done.ACKED -> (the handler sent them)
     │                                                            Done.LEAVE -> pending (retried)
     └─ lease loop ──── every lease_s: XCLAIM our in-flight entries (idle time 0), then
                        XAUTOCLAIM entries idle > reclaim_idle_ms (their consumer died) -> spawn
@@ -9,6 +10,8 @@
 Every path of one entry, in the order they are checked:
 
 * the handler returns ``Done.ACK``: acked (and deleted where ``delete_acked(stream)``);
+* it returns ``Done.ACKED``: it sent those commands itself (``ack_calls``), behind its last write in
+  the same round trip on one connection, so that they never run before it;
 * it returns ``Done.LEAVE``: left pending; a live consumer holds it, or it is retried later;
 * ``UndecodableEntry``: dead-lettered (``ts:dead``) and acked, never retried;
 * Redis unreachable (or a cluster master failing over): kept in flight (leased) and handled
@@ -26,7 +29,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 
 from runtime import bus
@@ -41,6 +44,7 @@ RETRY_S = 0.5  # an entry interrupted by redis (down, failing over) is handled a
 
 class Done(enum.Enum):
     ACK = "ack"
+    ACKED = "acked"
     LEAVE = "leave"
 
 
@@ -99,6 +103,10 @@ class Consumer:
             by_stream.setdefault(e.stream, []).append(e.id)
         for stream, ids in by_stream.items():
             await self.reader.r.xclaim(stream, self.reader.group, self.reader.consumer, 0, ids, justid=True)
+
+    def ack_calls(self, entry: bus.Entry) -> list[Callable[[Any], Any]]:
+        """The commands that ack ``entry`` as this consumer does on ``Done.ACK`` (each queued by one build)."""
+        return self.reader.ack_calls(entry, delete=self.delete_acked(entry.stream))
 
     def spawn(self, entry: bus.Entry) -> None:
         """Handle ``entry`` in its own task, unless it is already in flight here."""

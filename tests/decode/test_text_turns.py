@@ -11,6 +11,7 @@ import pytest
 
 from runtime import bus
 from runtime.config import load_config
+from runtime.consumer import Done
 from runtime.routing import conversation_key
 from runtime.session import SessionInfo, SessionMode, Sessions, Status
 from runtime.turns import text_only
@@ -79,7 +80,7 @@ async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_s
     # round trip of their own before the first token)
     rounds = [n for n in sent if n]
     assert rounds[:2] == [["HMGET", "EVAL", "LRANGE", "XREVRANGE"], ["EVAL", "HINCRBY", "SET", "XADD"]]
-    assert rounds[-1] == ["XADD", "EVAL", "HINCRBY"]  # the last chunk, the turn's end behind it and the load
+    assert rounds[-1] == ["XADD", "EVAL", "HINCRBY", "XACK"]  # the last chunk, then the turn's end, the load, the ack
     assert await r.get(keys.decoder_route(conversation_key([{"role": "user", "content": "hi"}], None))) == \
         b"decode-text"
     events = await _events(r, "t1")
@@ -103,6 +104,26 @@ async def test_a_text_only_turn_publishes_the_parse_stages_events_and_ends_its_s
     assert await r.xlen(keys.tokens("t1")) == 0 and await r.xlen(keys.PARSE_JOBS) == 0  # no parser hop
     assert await r.ttl(keys.events("t1")) > 0  # the session's keys expire
     assert await r.hget(keys.DECODE_LOAD, "decode-text") == b"0"  # counted down with its end
+
+
+async def test_a_text_only_turn_acks_its_job_behind_its_end(redis_url, r) -> None:
+    """On one server the job's ack rides the end's round trip: the handler says so (``Done.ACKED``) and
+    the consumer sends nothing more; the job is acked once the session ended."""
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=2000, worker_id="decode-ack")
+    worker = DecodeWorker(cfg, build_engine(cfg), r)
+    await worker.engine.start()
+    try:
+        await Sessions(r).create("k1", [{"role": "user", "content": "hi"}], max_turns=1, mode=SessionMode.ONESHOT,
+                                 meta={"replay": [TEXT]}, params={"max_tokens": 200})
+        await worker.consumer.reader.setup()
+        await r.xadd(keys.DECODE_JOBS, {bus.FIELD: encode(StartTurn(sid="k1", turn=0))})
+        [entry] = await worker.consumer.reader.read()
+        assert (await r.xpending(keys.DECODE_JOBS, keys.DECODE_GROUP))["pending"] == 1
+        assert await asyncio.wait_for(worker.handle(entry), 30) is Done.ACKED
+        assert (await r.xpending(keys.DECODE_JOBS, keys.DECODE_GROUP))["pending"] == 0
+        assert await r.hget(keys.session("k1"), "status") == b"ended"
+    finally:
+        await worker.engine.stop()
 
 
 @pytest.mark.parametrize("why", ["tools", "loop", "plain_turns=parser"])

@@ -94,11 +94,14 @@ class TurnRun:
     """Generates turn ``turn`` (attempt ``attempt``) of one session; ``run`` returns when it ended."""
 
     def __init__(self, ctx: TurnContext, info: SessionInfo, turn: int, attempt: int, continuation: bool,
-                 messages: list[dict] | None = None, after: str | None = None) -> None:
+                 messages: list[dict] | None = None, after: str | None = None,
+                 ack: Callable[[], list[Callable[[Any], Any]]] | None = None) -> None:
         """``messages`` and ``after`` (the token log's newest id), when the caller read them after
-        its claim (``Sessions.start_turn``); else ``run`` reads them."""
+        its claim (``Sessions.start_turn``); else ``run`` reads them.  ``ack``: the commands that ack the
+        turn's job, which a text-only turn sends behind its end, in that round trip (``acked`` then)."""
         self.ctx, self.info, self.turn, self.attempt, self.continuation = ctx, info, turn, attempt, continuation
-        self.messages, self.after = messages, after
+        self.messages, self.after, self.ack = messages, after, ack
+        self.acked = False
         self.sid = info.sid
         self.parts: list[str] = []
         self.last: GenerateDelta | None = None
@@ -160,6 +163,7 @@ class TurnRun:
                     await gen.aclose()
                 self.ctx.kv.turn_ended(self.info, self.turn)
                 ended = await self.ctx.chunks.flush(chunks, then=self._end_text)
+                self.acked = self.ack is not None
             else:
                 await self.ctx.chunks.flush(chunks)
         finally:
@@ -200,8 +204,8 @@ class TurnRun:
     def _end_text(self, chunks_written: int) -> list[Callable[[Any], Any]]:
         """A text-only turn's end, as its parser's would be (``workers.parser.turn_parse``): its message and
         ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended``, in one script with the
-        decoders' load beside it (``Turns.end_text``), sent just behind the turn's last chunk, in its round
-        trip (``ChunkWriter.flush``'s ``then``; the script as EVAL, as a lead's).  An attempt that a newer
+        decoders' load and the job's ack (``ack``) beside it (``Turns.end_text``), sent just behind the turn's
+        last chunk, in its round trip (``ChunkWriter.flush``'s ``then``; the script as EVAL, as a lead's).  An attempt that a newer
         one replaced (this decoder was taken for dead) writes nothing.  The load goes down here even when
         the round also carries the announcement that counted the turn (``_announcement``: just ahead)."""
         last = self.last
@@ -213,7 +217,7 @@ class TurnRun:
                              body=body))
         message = {"role": "assistant", "content": text, "raw": text}
         end = self.ctx.turns.end_text_call(self.sid, self.turn, self.attempt, reason, message, seq, ended, self.info)
-        return [end.with_text, lambda p: routing.turn_ended(p, self.ctx.me)]
+        return [end.with_text, lambda p: routing.turn_ended(p, self.ctx.me), *(self.ack() if self.ack else [])]
 
     async def _text_ended(self, outcome: int) -> None:
         """After a text-only turn's end (``_end_text``; ``outcome``, its script's): its KV kept for a

@@ -18,7 +18,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from runtime import bus
+from runtime import bus, cluster
 from runtime.config import Config, default_worker_id
 from runtime.consumer import REDIS_DOWN, Consumer, Done
 from runtime.heartbeat import Heartbeat
@@ -96,9 +96,9 @@ class DecodeWorker:
     async def _handle(self, entry: bus.Entry) -> Done:
         match decode_job(entry.data):
             case StartTurn(sid=sid, turn=turn):
-                return await self._turn(sid, turn, continuation=False)
+                return await self._turn(sid, turn, continuation=False, entry=entry)
             case ContinueTurn(sid=sid, turn=turn):
-                return await self._turn(sid, turn + 1, continuation=True)
+                return await self._turn(sid, turn + 1, continuation=True, entry=entry)
             case TurnParsed() as parsed:
                 await self.kv.parsed(parsed)
                 return Done.ACK
@@ -124,10 +124,13 @@ class DecodeWorker:
             return claimed.attempt
         return Done.LEAVE if claimed.claim is Claim.HELD_BY_OTHER else Done.ACK
 
-    async def _turn(self, sid: str, turn: int, continuation: bool) -> Done:
+    async def _turn(self, sid: str, turn: int, continuation: bool, entry: bus.Entry) -> Done:
         """Generate turn ``turn`` unless the session is over or the turn is not ours to generate.  The
         turn is marked running here before the first await: a duplicate job handled beside it (jobs
-        of one read run concurrently) is acked at once, never taken for an attempt that broke off."""
+        of one read run concurrently) is acked at once, never taken for an attempt that broke off.  On
+        one server a text-only turn acks its job (``entry``) behind its end, in that round trip
+        (``Done.ACKED``); on a cluster the job's stream and the session's keys may be on two nodes,
+        whose commands one pipeline does not keep in order."""
         if (sid, turn) in self.ctx.running:
             return Done.ACK
         self.ctx.running.add((sid, turn))
@@ -140,8 +143,10 @@ class DecodeWorker:
                 return attempt
             # the reads behind a first claim that took the turn are the turn's; after a takeover, read again
             first = start.claimed.claim is Claim.CLAIMED
-            await TurnRun(self.ctx, start.info, turn, attempt, continuation,
-                          messages=start.messages if first else None, after=start.after if first else None).run()
+            run = TurnRun(self.ctx, start.info, turn, attempt, continuation,
+                          messages=start.messages if first else None, after=start.after if first else None,
+                          ack=None if cluster.is_cluster(self.r) else lambda: self.consumer.ack_calls(entry))
+            await run.run()
         finally:
             self.ctx.done(sid, turn)
-        return Done.ACK
+        return Done.ACKED if run.acked else Done.ACK
