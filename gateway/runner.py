@@ -96,13 +96,7 @@ async def open_session(state: Any, who: Principal, plan: Plan, *,
         create_session(state, who, plan.messages, plan.tools, client_tools=[t["function"]["name"] for t in plan.tools],
                        params=plan.params, max_tokens_sent=max_tokens_sent, meta=plan.meta),
         state.ops.route(route_key=route_key))
-    sub = await _subscribe(state, sid, fresh=True)  # not started: no events yet
-    try:
-        await state.ops.queue(sid, stream, one_turn=True)
-    except BaseException:  # redis went away (a 503), or the client left: the relay must not keep the watch
-        state.relay.unsubscribe(sub)
-        raise
-    return sid, sub
+    return sid, await _watched(state, sid, lambda: state.ops.queue(sid, stream, one_turn=True))
 
 
 async def _open_settled(state: Any, who: Principal, plan: Plan, stream: str,
@@ -111,14 +105,21 @@ async def _open_settled(state: Any, who: Principal, plan: Plan, stream: str,
     written yet (it has no events), then the session and its job in one round trip."""
     params = await fitted(state, plan.messages, plan.tools, plan.params, max_tokens_sent)
     sid = new_sid()
+    return sid, await _watched(state, sid, lambda: state.ops.open(
+        sid, who, plan.messages, stream, tools=plan.tools, client_tools=[t["function"]["name"] for t in plan.tools],
+        params=params, meta=plan.meta))
+
+
+async def _watched(state: Any, sid: str, start: Callable[[], Awaitable[None]]) -> Subscription:
+    """A watch of ``sid``'s events from its first (not started yet: none), then ``start()``, which queues
+    its turn; if that fails (redis went away: a 503; the client left), the relay keeps no watch."""
     sub = await _subscribe(state, sid, fresh=True)
     try:
-        await state.ops.open(sid, who, plan.messages, stream, tools=plan.tools,
-                             client_tools=[t["function"]["name"] for t in plan.tools], params=params, meta=plan.meta)
-    except BaseException:  # as in ``open_session``
+        await start()
+    except BaseException:
         state.relay.unsubscribe(sub)
         raise
-    return sid, sub
+    return sub
 
 
 def failure(exc: Exception) -> ApiError:

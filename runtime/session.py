@@ -197,7 +197,7 @@ end
 # ARGV: T, then ``ending``'s from 2, then T's entries from 8.
 _END = _ENDING + "return ending(tonumber(ARGV[1]), 2, 8)\n"
 
-# a text-only turn's end (``Sessions.end_text_turn``), all of it or nothing: unless a newer attempt
+# a text-only turn's end (``Sessions.end_text_call``), all of it or nothing: unless a newer attempt
 # holds the turn, mark it generated and record its message; publish its turn.ended beyond the
 # attempt's mark unless the session ended; then ``ending``.  ARGV: T, attempt, attempts field, done
 # field, message field, message, mark field, seq, turn.ended, then ``ending``'s from 10, then T's
@@ -499,26 +499,16 @@ class Sessions:
         [ended] = await self._send(call)  # with a batcher: with what its caller sends beside it
         return bool(ended)
 
-    async def end_text_turn(self, sid: str, turn: int, attempt: int, message: dict[str, Any], seq: int,
-                            turn_ended: bytes, session_ended: bytes, status: Status, maxlen: int, *,
-                            entries: list[dict[str, Any]], ttl_s: int = 0,
-                            also: Callable[[Any], Any] | None = None) -> int:
-        """A text-only turn's end (``runtime.turns.text_only``: its decoder was its parse stage), in one
-        script: unless a newer attempt holds the turn, it is marked generated (as ``end_turn``), its
-        message recorded, its ``turn.ended`` (``seq``, the parse stage's) published once unless the session
-        ended, its ``entries`` folded once, and the session ended (as ``end_once``).  All of it or nothing:
-        a decoder that dies between its parts cannot leave a turn marked generated whose session never
-        ends.  ``also(pipe)`` goes behind it in the same round trip.  Returns 1 when the session ended
-        here, 0 when it had ended (a cancel came first), -1 when the attempt is not the turn's latest."""
-        call = self.end_text_call(sid, turn, attempt, message, seq, turn_ended, session_ended, status, maxlen,
-                                  entries=entries, ttl_s=ttl_s)
-        return int((await self._send(call, *([also] if also is not None else [])))[0])
-
     def end_text_call(self, sid: str, turn: int, attempt: int, message: dict[str, Any], seq: int,
                       turn_ended: bytes, session_ended: bytes, status: Status, maxlen: int, *,
                       entries: list[dict[str, Any]], ttl_s: int = 0) -> bus.ScriptCall:
-        """``end_text_turn``'s script run, to queue on a pipeline with other commands (its reply as
-        ``end_text_turn``'s)."""
+        """A text-only turn's end (``runtime.turns.text_only``: its decoder was its parse stage), in one
+        script, to queue on a pipeline with other commands: unless a newer attempt holds the turn, it is
+        marked generated (as ``end_turn``), its message recorded, its ``turn.ended`` (``seq``, the parse
+        stage's) published once unless the session ended, its ``entries`` folded once, and the session ended
+        (as ``end_once``).  All of it or nothing: a decoder that dies between its parts cannot leave a turn
+        marked generated whose session never ends.  Its reply: 1 when the session ended here, 0 when it had
+        ended (a cancel came first), -1 when the attempt is not the turn's latest."""
         args = [turn, attempt, Field.attempts(turn), Field.done(turn), Field.message(turn), json.dumps(message),
                 Field.parser_seq(turn, attempt), seq, turn_ended, Field.ended(turn), maxlen, session_ended,
                 status.value, repr(time.time()), ttl_s]

@@ -138,15 +138,13 @@ class Turns:
         return await self._end(sid, turn, reason, content, info, entries)
 
     async def end_text(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any],
-                       seq: int, turn_ended: bytes, info: SessionInfo, also: Any = None) -> int:
-        """End a text-only turn (``text_only``) and its session in one script (``Sessions.end_text_turn``):
+                       seq: int, turn_ended: bytes, info: SessionInfo) -> int:
+        """End a text-only turn (``text_only``) and its session in one script (``end_text_call``, run alone):
         the turn generated, its ``message`` recorded, ``turn_ended`` (the parse stage's event ``seq``)
         published, the turn folded and ``session.ended`` published once.  1: ended here; 0: the session
         had ended already (a cancel came first); -1: a newer attempt holds the turn (nothing written)."""
-        data, status = self._ending(sid, turn, reason, message["content"])
-        return await self.sessions.end_text_turn(sid, turn, attempt, message, seq, turn_ended, data, status,
-                                                 bus.EVENT_STREAM_MAXLEN, entries=turn_messages(message, [], info),
-                                                 ttl_s=self.ttl_s, also=also)
+        call = self.end_text_call(sid, turn, attempt, reason, message, seq, turn_ended, info)
+        return int(await call.script(keys=call.keys, args=call.args))
 
     def end_text_call(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any], seq: int,
                       turn_ended: bytes, info: SessionInfo) -> bus.ScriptCall:

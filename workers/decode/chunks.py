@@ -86,7 +86,7 @@ class AbortCheck:
     read in the round that carries the turn's chunk (0.01 commands per token at 20 tokens/s).
     Nothing a cancelled turn generates after its ``session.ended`` is published, so the interval
     bounds only the generation wasted when the note does not arrive; an attempt that a newer one
-    replaced publishes no end (``Sessions.end_text_turn``; a parser stops reading it at the newer
+    replaced publishes no end (``Sessions.end_text_call``; a parser stops reading it at the newer
     attempt's first chunk)."""
 
     interval_s = 5.0
