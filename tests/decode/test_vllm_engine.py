@@ -65,6 +65,20 @@ async def test_load_report_counts_prefix_hits(case: Case) -> None:
 
 
 @module_loop
+async def test_only_the_scheduler_stats_are_kept(case: Case) -> None:
+    """vLLM's Prometheus logger and per-step stats are dropped; the heartbeat's scheduler stats still come."""
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    llm = case.engine.llm
+    assert not any(isinstance(s, PrometheusStatLogger) for s in llm.logger_manager.stat_loggers)
+    assert len(llm.logger_manager.stat_loggers) == 1  # ours (_SchedulerLoad), through vLLM's per-engine adapter
+    assert not llm.log_stats and not llm.output_processor.log_stats
+    before = case.engine.stats()["prefix_cache_queries"]
+    await engine_contract.collect(case.engine, engine_contract.request())
+    assert case.engine.stats()["prefix_cache_queries"] > before
+
+
+@module_loop
 async def test_a_pin_keeps_a_finished_session_and_a_release_lets_it_go(case: Case) -> None:
     case.engine.pin("s-never-seen", 30.0)  # not resident: nothing to keep
     assert case.engine.stats()["pinned_sessions"] == 0
