@@ -1,18 +1,21 @@
 """Serving: the bundled model through vLLM's own OpenAI server, through ``turnstream up --engine vllm`` and
 through ``turnstream up`` on the native engine, with the same streaming client.
 
-    turnstream bench serve [--out DIR] [--concurrency 1,4,32] [--requests 2] [--rounds 2] [--max-tokens 128]
+    turnstream bench serve [--out DIR] [--concurrency 1,4,32] [--requests 8] [--min-requests 16] [--rounds 3]
+                           [--max-tokens 128]
                            [--servers vllm-server,turnstream-vllm,turnstream-native] [--vllm-args JSON]
                            [--profile [DIR]] [--split]
 
 Each server is started once (``bench.servers``) and the concurrency levels run interleaved, round by
 round, so that load from other processes hits all of them alike.  A level sends ``--requests`` x
-concurrency streamed chat completions (plain-text replies, greedy, ``--max-tokens``), at most
-concurrency in flight.  Printed per server and level: time to the first content token (p50/p90),
-output tokens/s over the level, and the CPU seconds of the server's whole process tree per output
-token.  Each level starts once every server is quiet (``settle``: vLLM's engine keeps a core busy for
-about a second after its last request, which the server measured next would otherwise pay for), and
-the CPU the other servers used during it is reported (``background_cores``).  The vLLM sides need
+concurrency streamed chat completions, at least ``--min-requests`` (plain-text replies, greedy,
+``--max-tokens``), at most concurrency in flight: a level's first request after the quiet wait pays
+for waking the idle engine (~30-80 ms more here), and among too few requests it is the p50.
+Printed per server and level: time to the first content token (p50/p90), output tokens/s over the
+level, and the CPU seconds of the server's whole process tree per output token.  Each level starts
+once every server is quiet (``settle``: vLLM's engine keeps a core busy for about a second after its
+last request, which the server measured next would otherwise pay for), and the CPU the other servers
+used during it is reported (``background_cores``).  The vLLM sides need
 ``.venv-vllm`` (``make venv-vllm``) and are skipped, saying why, without it.  Every request must
 stream text and report its tokens (usage), else the run is void (exit 1).
 Goals: turnstream-vllm TTFT p50 <= 1.1 x vllm-server + 5 ms at every level and throughput >= 0.95 x;
@@ -53,8 +56,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="turnstream bench serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--concurrency", default="1,4,32", help="requests in flight, one level each")
-    ap.add_argument("--requests", type=int, default=2, help="requests per level per round, x concurrency")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds over all levels and servers")
+    ap.add_argument("--requests", type=int, default=8, help="requests per level per round, x concurrency")
+    ap.add_argument("--min-requests", type=int, default=16, help="requests per level per round, at least")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over all levels and servers")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--servers", default=",".join(KINDS), help=f"any of {', '.join(KINDS)}")
     ap.add_argument("--vllm-args", default="{}", help="JSON engine arguments for both vLLM sides")
@@ -125,6 +129,11 @@ async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -
         wall, cpu1 = time.perf_counter() - t0, server.cpu_by_process()
     cpu = {k: v - cpu0.get(k, 0.0) for k, v in cpu1.items()}
     return {"results": results, "wall_s": wall, "cpu_s": sum(cpu.values()), "cpu_by_process": cpu}
+
+
+def level_requests(args: argparse.Namespace, level: int) -> int:
+    """Requests a level sends per round: ``--requests`` x concurrency, at least ``--min-requests``."""
+    return max(args.requests * level, args.min_requests)
 
 
 # --------------------------------------------------------------------------- quiet
@@ -209,7 +218,7 @@ def _measure(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict
                 settle_before(servers, "measuring")
                 others = {k: v for k, v in servers.items() if k != name}
                 before = tree_cpu(others)
-                run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
+                run = asyncio.run(run_level(server, level, level_requests(args, level), args.max_tokens))
                 run["background_cpu_s"] = tree_cpu(others) - before
                 problems += check(name, level, run["results"])
                 runs[name][level].append(run)
@@ -248,7 +257,7 @@ def _profile(args: argparse.Namespace, servers: dict[str, Server]) -> list[str]:
         profiler = Profiler.start(args.profile, f"serve-{name}-{level}", targets, args.profile_format,
                                   names=tuple(targets))
         try:
-            run = asyncio.run(run_level(server, level, args.requests * level, args.max_tokens))
+            run = asyncio.run(run_level(server, level, level_requests(args, level), args.max_tokens))
         finally:
             files = profiler.stop()
         problems += check(f"{name} (profiled)", level, run["results"])
@@ -271,7 +280,7 @@ def _split(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict[s
     level, out, problems = max(args.levels), {}, []
     for name, server in servers.items():
         settle_before(servers, "measuring")
-        n = max(8 * args.requests * level, 512)  # /proc counts CPU in 10 ms ticks: enough to resolve Valkey's
+        n = max(2 * level_requests(args, level), 512)  # /proc counts CPU in 10 ms ticks: enough to resolve Valkey's
         run = asyncio.run(run_level(server, level, n, 1))
         problems += check_one_token(name, level, run["results"])
         out[name] = {"requests": n, "cpu_ms_per_request_by_process": {k: round(1e3 * v / n, 3)

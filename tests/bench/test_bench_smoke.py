@@ -18,8 +18,8 @@ pytestmark = pytest.mark.timeout(660)  # minutes only on a loaded machine: a run
 SMOKE = {
     "parser": ["--sizes", "500,1000", "--deltas", "4", "--formats", "hermes", "--repeat", "1"],
     "engine": ["--contexts", "64", "--batches", "1,2", "--new-tokens", "4", "--repeats", "1", "--vllm", "off"],
-    "serve": ["--servers", "turnstream-native", "--concurrency", "1,2", "--requests", "1", "--rounds", "1",
-              "--max-tokens", "8"],
+    "serve": ["--servers", "turnstream-native", "--concurrency", "1,2", "--requests", "1", "--min-requests", "1",
+              "--rounds", "1", "--max-tokens", "8"],
     "agent": ["--small", "--tasks", "2", "--min-tasks", "1", "--concurrency", "1,2", "--memory", "tight",
               "--sides", "turnstream-native"],
     "dispatch": ["--calls", "4", "--rate", "50", "--burst", "2", "--bursts", "2", "--workers", "1"],

@@ -26,7 +26,8 @@ def test_engine_bench_runs_vllm_beside_native_and_transformers(tmp_path: Path) -
 
 
 def test_serve_bench_runs_vllms_server_turnstream_on_vllm_and_native(tmp_path: Path) -> None:
-    run = run_bench("serve", tmp_path, "--concurrency", "1,2", "--requests", "1", "--rounds", "1", "--max-tokens", "8",
+    run = run_bench("serve", tmp_path, "--concurrency", "1,2", "--requests", "1", "--min-requests", "1", "--rounds", "1",
+                    "--max-tokens", "8",
                     "--vllm-args", EAGER, timeout_s=1500)
     data = assert_valid(run, "serve")
     assert set(data["summary"]) == {"vllm-server", "turnstream-vllm", "turnstream-native"}
