@@ -22,7 +22,8 @@ from workers.decode.errors import EngineError, ModelLoadError, RequestTooLarge
 
 pytest.importorskip("vllm", reason="needs the vllm extra (make test-vllm)")
 from runtime.chat_template import template_messages  # noqa: E402
-from workers.decode.vllm_engine import VllmConfig, VllmEngine, _parsed_arguments  # noqa: E402
+from workers.decode.vllm_engine import (VllmConfig, VllmEngine, _parsed_arguments,  # noqa: E402
+                                        _scheduler_stats_only)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share the module's engine and its loop
@@ -70,12 +71,27 @@ async def test_only_the_scheduler_stats_are_kept(case: Case) -> None:
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
     llm = case.engine.llm
-    assert not any(isinstance(s, PrometheusStatLogger) for s in llm.logger_manager.stat_loggers)
-    assert len(llm.logger_manager.stat_loggers) == 1  # ours (_SchedulerLoad), through vLLM's per-engine adapter
+    assert not any(type(s) is PrometheusStatLogger for s in llm.logger_manager.stat_loggers)
+    assert llm.logger_manager.stat_loggers  # ours (_SchedulerLoad), through vLLM's per-engine adapter
     assert not llm.log_stats and not llm.output_processor.log_stats
     before = case.engine.stats()["prefix_cache_queries"]
     await engine_contract.collect(case.engine, engine_contract.request())
     assert case.engine.stats()["prefix_cache_queries"] > before
+
+
+def test_with_tracing_on_vllms_stats_stay() -> None:
+    """A trace is made from a request's stats: an engine traced (otlp_traces_endpoint) keeps all of them."""
+    from types import SimpleNamespace
+
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    prometheus = object.__new__(PrometheusStatLogger)
+    handler = SimpleNamespace(cancel=lambda: pytest.fail("the output handler was stopped"))
+    llm = SimpleNamespace(log_stats=True, output_handler=handler, logger_manager=SimpleNamespace(stat_loggers=[prometheus]),
+                          output_processor=SimpleNamespace(log_stats=True, tracing_enabled=True))
+    _scheduler_stats_only(llm)
+    assert llm.log_stats and llm.output_processor.log_stats and llm.logger_manager.stat_loggers == [prometheus]
+    assert llm.output_handler is handler
 
 
 @module_loop

@@ -308,12 +308,14 @@ def _scheduler_stats_only(llm: Any) -> None:
     per-step ``IterationStats`` and the per-request ``RequestStateStats`` they are made from.  Under load
     they were ~8 % of the decoder's Python (``bench serve --profile``).  Before the first request: the
     output processor reads ``log_stats`` at each request, the output handler when it starts -- which
-    the constructor did, under a running loop, so it is stopped here and starts again at the first
-    request (it was waiting for the engine core's first output: nothing is lost)."""
+    the constructor did, under a running loop, so it is stopped here (before it ever ran) and starts
+    again at the first request.  Not with tracing on (``otlp_traces_endpoint``): a trace needs them."""
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
+    if getattr(llm.output_processor, "tracing_enabled", False):  # a trace of a request is made from its stats
+        return
     manager = llm.logger_manager
-    manager.stat_loggers = [s for s in manager.stat_loggers if not isinstance(s, PrometheusStatLogger)]
+    manager.stat_loggers = [s for s in manager.stat_loggers if type(s) is not PrometheusStatLogger]  # (not plugins)
     llm.log_stats = llm.output_processor.log_stats = False
     if llm.output_handler is not None:
         llm.output_handler.cancel()
