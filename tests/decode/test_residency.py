@@ -186,3 +186,60 @@ def test_a_new_session_takes_the_rank_of_a_lapsed_one_it_continues() -> None:
     assert r.inherit("c2", "c1", 5.0)
     r.ask("c2", "c2@5", 80, 5.0)
     assert list(r.sessions) == ["c2", "other"]  # back at c1's rank, before the one that came after it
+
+
+def test_idle_among_a_few_keeps_the_order_and_leaves_out_the_busy() -> None:
+    r = rule()
+    turn(r, "c1", 30, 50, 0.0, pin_s=1.0)
+    turn(r, "other", 20, 30, 0.5)
+    assert r.ask("busy", "busy@1", 10, 1.0)
+    assert r.idle(5.0, among=["c1", "busy", "other", "gone"]) == ["other", "c1"]  # resident by rank, then lapsed
+    assert r.idle(5.0, among=[]) == []
+
+
+def test_the_heap_of_deadlines_lapses_and_counts_as_a_walk_over_every_session_would() -> None:
+    """Random requests, pins, releases, aborts and hand-overs over a few hundred sessions: after each
+    operation every session left is held, the blocks owed and the requests waiting are the sums over
+    the sessions, and the next deadline is the earliest of the idle sessions' (the definitions the
+    rule walked every session for, once per operation)."""
+    import random
+
+    rnd = random.Random(7)
+    r, now, live = Residency(400, BS, grace_s=GRACE), 0.0, []  # live: (session, rid) sent and not finished
+    waiting: list[tuple[str, str]] = []
+    for i in range(4000):
+        now += rnd.choice((0.0, 0.01, 0.1, 0.5))
+        op = rnd.random()
+        if op < 0.35:
+            sid = f"s{rnd.randrange(300)}"
+            if r.ask(sid, f"r{i}", rnd.randrange(1, 200), now):
+                live.append((sid, f"r{i}"))
+            else:
+                waiting.append((sid, f"r{i}"))
+        elif op < 0.6 and live:
+            sid, _ = live.pop(rnd.randrange(len(live)))
+            r.finished(sid, rnd.choice((None, rnd.randrange(1, 300))), now)
+        elif op < 0.7:
+            r.pin(f"s{rnd.randrange(300)}", rnd.choice((0.3, 1.0, 5.0)), now)
+        elif op < 0.78:
+            r.release(f"s{rnd.randrange(300)}", now)
+        elif op < 0.84 and waiting:
+            sid, rid = waiting.pop(rnd.randrange(len(waiting)))
+            r.withdraw(sid, rid, now)
+        elif op < 0.9:
+            admitted = set(r.admit(now))
+            live += [w for w in waiting if w[1] in admitted]
+            waiting = [w for w in waiting if w[1] not in admitted]
+        elif op < 0.95:
+            idle = r.idle(now)
+            if idle:
+                r.inherit(f"h{i}", rnd.choice(idle), now)
+        else:
+            r.to_refresh(now)
+        r.idle(now, among=[])  # lapses what is due
+        sessions = r.sessions.values()
+        assert all(s.held(now) for s in sessions), i
+        assert r.owed == sum(s.blocks for s in sessions) and r.waiting_requests == sum(len(s.waiting) for s in sessions)
+        ends = [max(s.pinned_until, s.grace_until) for s in sessions if s.idle() and not s.waiting]
+        assert r.next_deadline() == min(ends, default=None), i
+    assert r.stats(now)["pins_lapsed"] > 0 and r.admission_waits > 0  # the walk met lapses and waits

@@ -67,6 +67,7 @@ class GenerateRequest:
     continuation: bool = False  # a pinned prefix is expected; admitted ahead of new work
     turn: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)  # engine-specific extras (e.g. a replay script)
+    conversation: str = ""  # runtime.routing.conversation_key(messages, tools); "": not computed yet
     # What the completion may be (tool calls, JSON answer); every engine holds its text to it: the
     # native engine masks each step, vLLM uses its structured outputs, the ReplayEngine refuses a
     # script that breaks it.  None: unconstrained.

