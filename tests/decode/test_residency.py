@@ -243,3 +243,11 @@ def test_the_heap_of_deadlines_lapses_and_counts_as_a_walk_over_every_session_wo
         ends = [max(s.pinned_until, s.grace_until) for s in sessions if s.idle() and not s.waiting]
         assert r.next_deadline() == min(ends, default=None), i
     assert r.stats(now)["pins_lapsed"] > 0 and r.admission_waits > 0  # the walk met lapses and waits
+
+
+def test_renewed_pins_do_not_grow_the_heap_of_deadlines() -> None:
+    r = rule()
+    turn(r, "a", 30, 50, 0.0)
+    for i in range(5000):  # a long tool reporting progress: its pin renewed again and again
+        assert r.pin("a", 60.0, i / 1000)
+    assert len(r._deadlines) <= 2 * len(r.sessions) + 1025 and r.next_deadline() == 4.999 + 60.0

@@ -1,5 +1,6 @@
-"""Which idle sessions a new session's request on the vLLM engine may continue (``VllmEngine._conversation``):
-those whose requests opened its conversation, not every idle one.  Pure bookkeeping, no vLLM."""
+"""Which idle sessions a new session's request on the vLLM engine may continue (``VllmEngine._continuable``):
+those whose requests opened its conversation, not every idle one.  Pure bookkeeping over the residency
+rule, no vLLM."""
 
 from __future__ import annotations
 
@@ -7,35 +8,70 @@ from pathlib import Path
 
 from runtime.routing import conversation_key
 from workers.decode.engine import GenerateRequest
-from workers.decode.vllm_engine import MAX_CONVERSATION_SESSIONS, VllmConfig, VllmEngine
+from workers.decode.residency import Residency
+from workers.decode.vllm_engine import VllmConfig, VllmEngine
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 
 
-def request(session: str, first: str, *later: dict, keyed: bool = True) -> GenerateRequest:
-    messages = [SYSTEM, {"role": "user", "content": first}, *later]
+def request(session: str, first: str | None, *later: dict, keyed: bool = True) -> GenerateRequest:
+    messages = [SYSTEM, *([{"role": "user", "content": first}] if first is not None else []), *later]
     return GenerateRequest(rid=f"{session}:0:0", session=session, messages=messages,
                            conversation=conversation_key(messages, None) if keyed else "")
 
 
-def test_a_request_may_continue_only_sessions_of_its_conversation(tmp_path: Path) -> None:
-    engine = VllmEngine(VllmConfig(model=str(tmp_path)))  # not started: no model is read
-    assert engine._conversation(request("a1", "plan a trip")) == []
-    assert engine._conversation(request("b1", "fix the build")) == []
+def served(engine: VllmEngine, rule: Residency, req: GenerateRequest, now: float) -> list[str]:
+    """What ``generate`` asks before ``req`` is sent, then ``req`` sent and finished: its session idle."""
+    candidates = engine._continuable(req, rule, now)
+    assert rule.ask(req.session, req.rid, 30, now)
+    rule.finished(req.session, 40, now)
+    return candidates
+
+
+def setup(tmp_path: Path, **config) -> tuple[VllmEngine, Residency]:
+    return VllmEngine(VllmConfig(model=str(tmp_path), **config)), Residency(10_000, 16)  # not started
+
+
+def test_a_request_may_continue_only_idle_sessions_of_its_conversation(tmp_path: Path) -> None:
+    engine, rule = setup(tmp_path)
+    assert served(engine, rule, request("a1", "plan a trip"), 0.0) == []
+    assert served(engine, rule, request("b1", "fix the build"), 0.0) == []
     follow = request("a2", "plan a trip", {"role": "assistant", "content": "Where to?"},
                      {"role": "user", "content": "Oslo"})
-    assert engine._conversation(follow) == ["a1"]  # the client's next turn: same opening, so a candidate
-    assert engine._conversation(request("a3", "plan a trip", keyed=False)) == ["a1", "a2"]  # the key computed here
-    assert engine._conversation(request("a2", "plan a trip")) == ["a1", "a3"]  # a session is never its own
+    assert served(engine, rule, follow, 0.1) == ["a1"]  # the client's next turn: same opening
+    assert rule.ask("a2", "a2:again", 30, 0.2)  # a2 is live now: no candidate
+    assert engine._continuable(request("a3", "plan a trip", keyed=False), rule, 0.2) == ["a1"]  # key made here
+    assert engine._continuable(request("a4", "plan a trip"), rule, 10.0) == []  # their grace is over: gone
 
 
-def test_a_conversation_keeps_its_latest_sessions_and_the_engine_its_latest_conversations(tmp_path: Path) -> None:
-    engine = VllmEngine(VllmConfig(model=str(tmp_path), max_session_records=3))
-    for i in range(MAX_CONVERSATION_SESSIONS + 4):
-        engine._conversation(request(f"a{i}", "plan a trip"))
-    last = MAX_CONVERSATION_SESSIONS + 4
-    assert engine._conversation(request(f"a{last}", "plan a trip")) == [f"a{i}" for i in range(last - MAX_CONVERSATION_SESSIONS, last)]
+def test_many_rollouts_of_one_task_each_find_their_own_predecessor(tmp_path: Path, monkeypatch) -> None:
+    """Parallel rollouts share tools, system and first user message, so one key: every rollout waiting on its
+    tool stays a candidate; those that ended leave the list (up to the cap, the latest)."""
+    engine, rule = setup(tmp_path)
+    for i in range(40):
+        served(engine, rule, request(f"r{i}", "solve task 7"), 0.0)
+        rule.pin(f"r{i}", 60.0, 0.0)  # each waits on its tool
+    assert engine._continuable(request("r0-turn2", "solve task 7"), rule, 1.0) == [f"r{i}" for i in range(40)]
+    for i in range(1, 40):
+        rule.release(f"r{i}", 1.0)  # those rollouts ended
+    assert engine._continuable(request("r1-turn2", "solve task 7"), rule, 1.0) == ["r0"]
+    monkeypatch.setattr("workers.decode.vllm_engine.MAX_CONVERSATION_SESSIONS", 4)
+    for i in range(40, 50):
+        served(engine, rule, request(f"r{i}", "solve task 7"), 1.0)
+    assert engine._continuable(request("r50", "solve task 7"), rule, 1.5) == ["r46", "r47", "r48", "r49"]
+
+
+def test_a_conversation_without_a_user_message_is_compared_with_every_idle_session(tmp_path: Path) -> None:
+    engine, rule = setup(tmp_path)
+    served(engine, rule, request("x1", "hello"), 0.0)
+    served(engine, rule, request("s1", None), 0.0)
+    assert engine._continuable(request("s2", None, {"role": "assistant", "content": "hi"}), rule, 0.5) == ["x1", "s1"]
+
+
+def test_the_engine_remembers_its_latest_conversations(tmp_path: Path) -> None:
+    engine, rule = setup(tmp_path, max_session_records=3)
+    served(engine, rule, request("a1", "plan a trip"), 0.0)
     for topic in ("one", "two", "three"):
-        engine._conversation(request(topic, topic))
-    assert engine._conversation(request("a-again", "plan a trip")) == []  # pushed out by three newer ones
+        served(engine, rule, request(topic, topic), 0.0)
+    assert engine._continuable(request("a2", "plan a trip"), rule, 0.5) == []  # pushed out by three newer ones
     assert len(engine._conversations) == 3

@@ -36,7 +36,8 @@ take O(log n) in the resident sessions, n: a decoder serving hundreds of one-sho
 second keeps hundreds in their grace, and walking them all in each of a request's half-dozen
 operations cost ~0.5 ms a request at 300 (``_lapse`` finds the sessions to drop in a heap of
 their deadlines; the blocks they owe are kept as a sum).  Admission walks the order (O(n)) only
-where it must: a session's place behind others that is not the last, a wait.  ``Gate`` holds a
+where it must: a session's place behind others that is not the last, a wait; so does a refresh,
+once the resident sessions owe more than half the pool.  ``Gate`` holds a
 waiting request on the event loop until the rule lets it go, an abort ends its wait, or the
 caller leaves.
 """
@@ -236,8 +237,7 @@ class Residency:
     def stats(self, now: float) -> dict[str, Any]:
         pinned = [s for s in self.sessions.values() if s.pinned_until > now]
         return dict(pinned_sessions=len(pinned), pinned_blocks=sum(s.blocks for s in pinned),
-                    resident_sessions=len(self.sessions), owed_blocks=sum(s.blocks for s in self.sessions.values()),
-                    admission_waiting=sum(len(s.waiting) for s in self.sessions.values()),
+                    resident_sessions=len(self.sessions), owed_blocks=self.owed, admission_waiting=self.waiting_requests,
                     admission_waits=self.admission_waits, refreshes=self.refreshes, pins_lapsed=self.pins_lapsed)
 
     def _room_for(self, session: str) -> bool:
@@ -273,6 +273,10 @@ class Residency:
         """``s`` may have stopped being live or waiting, or its deadline moved: push when it lapses."""
         if s.idle() and not s.waiting:
             heapq.heappush(self._deadlines, (max(s.pinned_until, s.grace_until), next(self._pushes), session))
+        if len(self._deadlines) > 2 * len(self.sessions) + 1024:  # mostly stale (pins renewed): one per session
+            self._deadlines = [(max(s.pinned_until, s.grace_until), next(self._pushes), sid)
+                               for sid, s in self.sessions.items() if s.idle() and not s.waiting]
+            heapq.heapify(self._deadlines)
 
     def _lapse(self, now: float) -> None:
         """Drop the sessions nothing holds any more (in the order of rank); their blocks become the

