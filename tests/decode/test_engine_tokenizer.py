@@ -119,3 +119,17 @@ def test_a_new_session_that_continues_another_ones_turn_finds_it(tokenizers) -> 
     assert prompts.predecessor(follow, ["b", "a"]) == "a"
     assert prompts.predecessor(follow, ["b", "gone"]) is None
     assert prompts.predecessor("<|im_start|>user\nhello", ["a", "b"]) is None
+
+
+def test_of_sibling_sessions_with_one_long_opening_only_the_one_continued_is_found(tokenizers) -> None:
+    """Rollouts of one task share a long opening and part near its end: only the turn the text extends,
+    to its last character, is a predecessor."""
+    ours, _ = tokenizers
+    prompts = SessionPrompts(ours, max_records=8)
+    opening = "<|im_start|>system\n" + "Follow the rules. " * 200 + "<|im_end|>\n<|im_start|>user\ngo<|im_end|>\n"
+    for name, reply in (("r1", "left"), ("r2", "right"), ("r3", "righter")):
+        prompt = ours.encode(opening + "<|im_start|>assistant\n")
+        prompts.remember(name, prompt + ours.encode(reply) + [ours.token_id("<|im_end|>")], len(prompt))
+    follow = ours.decode(prompts.ids("r2")) + "\n<|im_start|>tool\nok<|im_end|>\n"
+    assert prompts.predecessor(follow, ["r1", "r3", "r2"]) == "r2"
+    assert prompts.predecessor(follow[:-40], ["r1", "r3"]) is None

@@ -41,7 +41,34 @@ def test_a_request_may_continue_only_idle_sessions_of_its_conversation(tmp_path:
     assert served(engine, rule, follow, 0.1) == ["a1"]  # the client's next turn: same opening
     assert rule.ask("a2", "a2:again", 30, 0.2)  # a2 is live now: no candidate
     assert engine._continuable(request("a3", "plan a trip", keyed=False), rule, 0.2) == ["a1"]  # key made here
+    assert "a3" not in engine._continuable(request("a3", "plan a trip"), rule, 0.3)  # never its own candidate
     assert engine._continuable(request("a4", "plan a trip"), rule, 10.0) == []  # their grace is over: gone
+    assert engine._conversations[follow.conversation] == ["a2", "a4"]  # a1 and a3 left the rule: dropped
+
+
+def test_ended_siblings_leave_the_list_before_a_waiting_one_is_pushed_out(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("workers.decode.vllm_engine.MAX_CONVERSATION_SESSIONS", 4)
+    engine, rule = setup(tmp_path)
+    served(engine, rule, request("r0", "solve task 7"), 0.0)
+    rule.pin("r0", 60.0, 0.0)  # waits on its tool
+    for i in range(1, 8):
+        served(engine, rule, request(f"r{i}", "solve task 7"), 0.0)
+        rule.release(f"r{i}", 0.0)  # ended
+    assert engine._continuable(request("r0-next", "solve task 7"), rule, 0.1) == ["r0"]
+
+
+def test_a_session_whose_request_has_not_reached_the_rule_stays_a_candidate(tmp_path: Path) -> None:
+    """A long prompt is rendered in a thread between the lookup and the rule's ``ask``: a sibling's lookup
+    meanwhile must not drop it, or its own next turn would not find it."""
+    engine, rule = setup(tmp_path)
+    first = request("r0", "solve task 7")
+    engine._continuable(first, rule, 0.0)
+    engine._entering["r0"] = 1  # as generate() counts it until it returns
+    engine._continuable(request("r1", "solve task 7"), rule, 0.0)  # r0 has not asked yet
+    assert rule.ask("r0", first.rid, 30, 0.1)
+    rule.finished("r0", 40, 0.2)
+    rule.pin("r0", 60.0, 0.2)
+    assert engine._continuable(request("r0-next", "solve task 7"), rule, 0.3) == ["r0"]
 
 
 def test_many_rollouts_of_one_task_each_find_their_own_predecessor(tmp_path: Path, monkeypatch) -> None:

@@ -54,7 +54,7 @@ class SessionPrompts:
     def _cut(record: _Record | None, text: str, min_ids: int = 0) -> tuple[int, int] | None:
         """The longest reusable prefix of ``record`` (of more than ``min_ids`` ids) that ``text`` extends."""
         for text_len, num_ids in record.cuts if record else ():
-            if num_ids > min_ids and text.startswith(record.text[:text_len]):
+            if num_ids > min_ids and _extends(text, record.text, text_len):
                 return text_len, num_ids
         return None
 
@@ -85,3 +85,12 @@ class SessionPrompts:
         """The remembered ids of the session's last finished turn (empty if none)."""
         record = self.records.get(session)
         return record.ids if record else ()
+
+
+def _extends(text: str, recorded: str, n: int) -> bool:
+    """Whether ``text`` starts with ``recorded[:n]``: the last 64 characters of it first (sibling sessions
+    of one conversation share long openings and part near their ends), with no copy of ``recorded`` when
+    ``n`` is all of it."""
+    if len(text) < n or text[max(0, n - 64):n] != recorded[max(0, n - 64):n]:
+        return False
+    return text.startswith(recorded) if n == len(recorded) else text.startswith(recorded[:n])

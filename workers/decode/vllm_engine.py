@@ -122,6 +122,7 @@ class VllmEngine:
         self.gate: Gate | None = None  # set by start (it needs vLLM's pool size)
         self.refresher: Refresher | None = None  # set by start
         self._conversations: OrderedDict[str, list[str]] = OrderedDict()  # conversation key -> its sessions
+        self._entering: dict[str, int] = {}  # sessions with requests in generate(), counted (some not yet asked)
 
     @classmethod
     def from_config(cls, cfg: Any) -> "VllmEngine":
@@ -178,8 +179,9 @@ class VllmEngine:
 
         if req.rid in self._abort_asked:
             raise EngineError(f"request {req.rid} is already streaming")
-        self._abort_asked[req.rid] = False
         assert self.gate is not None and self.refresher is not None  # set by start()
+        self._abort_asked[req.rid] = False
+        self._entering[req.session] = self._entering.get(req.session, 0) + 1
         kept: int | None = None  # the session's tokens in the cache once the request ends (None: unchanged)
         admitted = False
         try:
@@ -215,6 +217,10 @@ class VllmEngine:
             raise EngineError(f"vllm: {type(exc).__name__}: {exc}") from exc
         finally:
             del self._abort_asked[req.rid]
+            if self._entering[req.session] == 1:
+                del self._entering[req.session]
+            else:
+                self._entering[req.session] -= 1
             if admitted:
                 self.gate.left(req.session, kept)
 
@@ -227,12 +233,16 @@ class VllmEngine:
         key = req.conversation or conversation_key(req.messages, req.tools)
         sessions = self._conversations.pop(key, [])
         self._conversations[key] = sessions  # the most recent conversation last
-        # those still resident or lapsed (one that ended, or another continued, is gone from both)
-        others = [s for s in sessions if s != req.session and (s in rule.sessions or s in rule.lapsed)]
-        sessions[:] = [*others[1 - MAX_CONVERSATION_SESSIONS:], req.session]
+        idle = rule.idle(now, among=[s for s in sessions if s != req.session])  # (lapses what is due first)
+        # kept: those still resident or lapsed, or whose request is on its way to the rule (its prompt is
+        # rendered in a thread first); one that ended, or that another continued, is gone from all three
+        others = [s for s in sessions
+                  if s != req.session and (s in rule.sessions or s in rule.lapsed or s in self._entering)]
+        kept = others[1 - MAX_CONVERSATION_SESSIONS:] if MAX_CONVERSATION_SESSIONS > 1 else []
+        sessions[:] = [*kept, req.session]
         while len(self._conversations) > self.config.max_session_records:
             self._conversations.popitem(last=False)
-        return rule.idle(now, among=others)
+        return idle
 
     def _grammar(self, req: GenerateRequest) -> str | None:
         if req.constraint is None:
