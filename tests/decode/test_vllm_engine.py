@@ -183,3 +183,14 @@ async def test_a_short_free_request_reaches_vllm_without_a_thread_hop_and_a_cons
         "hermes", None, engine_contract.TOOLS, {"tool_choice": "required"}))
     deltas = await engine_contract.collect(case.engine, constrained)
     assert len(hopped) == 1 and "type" not in hopped[0] and inline == [] and deltas[-1].completion_tokens > 0
+
+
+@module_loop
+async def test_requests_that_ended_every_way_leave_no_session_counted_in_generate(case: Case) -> None:
+    """After the module's requests (finished, aborted, abandoned by their reader, refused, failed),
+    no session is left counted as on its way to the residency rule (``_entering``), which would keep
+    it a candidate for continuation for ever.  (The last test of the module: it shares the engine.)"""
+    gen = case.engine.generate(engine_contract.request(max_tokens=50))
+    await gen.__anext__()
+    await gen.aclose()  # the reader leaves early
+    assert case.engine._entering == {} and case.engine.stats()["running"] == 0
