@@ -32,14 +32,13 @@ Session states (one record per resident session, dropped when it is none of thes
 
 Only pinned sessions are refreshed and reported as pinned; grace only keeps a place.
 ``Residency`` is the rule, pure logic (the caller passes the time).  A request's own operations
-take O(log n) in the resident sessions, n: a decoder serving hundreds of one-shot requests a
-second keeps hundreds in their grace, and walking them all in each of a request's half-dozen
-operations cost ~0.5 ms a request at 300 (``_lapse`` finds the sessions to drop in a heap of
-their deadlines; the blocks they owe are kept as a sum).  Admission walks the order (O(n)) only
-where it must: a session's place behind others that is not the last, a wait; so does a refresh,
-once the resident sessions owe more than half the pool.  ``Gate`` holds a
-waiting request on the event loop until the rule lets it go, an abort ends its wait, or the
-caller leaves.
+take O(log n) in the resident sessions, n: agents waiting on their tools keep hundreds pinned, and
+walking them all in each of a request's half-dozen operations cost ~0.5 ms a request at 300
+(``_lapse`` finds the sessions to drop in a heap of their deadlines; the blocks they owe are kept
+as a sum).  Admission walks the order (O(n)) only where it must: a session's place behind others
+that is not the last, a wait; so does a refresh, once the resident sessions owe more than half
+the pool.  ``Gate`` holds a waiting request on the event loop until the rule lets it go, an abort
+ends its wait, or the caller leaves.
 """
 
 from __future__ import annotations
