@@ -74,8 +74,15 @@ class _Session:
     def idle(self) -> bool:
         return self.live == 0
 
+    def resting(self) -> bool:
+        """Neither live nor waiting: only its pin or grace holds it, until ``until()``."""
+        return self.live == 0 and not self.waiting
+
+    def until(self) -> float:
+        return max(self.pinned_until, self.grace_until)
+
     def held(self, now: float) -> bool:
-        return self.live > 0 or bool(self.waiting) or max(self.pinned_until, self.grace_until) > now
+        return not self.resting() or self.until() > now
 
 
 class Residency:
@@ -180,9 +187,9 @@ class Residency:
         ``among`` only, when given (O(len(among)), not O(n))."""
         self._lapse(now)
         if among is None:
-            return [sid for sid, s in self.sessions.items() if s.idle() and not s.waiting] + list(self.lapsed)
+            return [sid for sid, s in self.sessions.items() if s.resting()] + list(self.lapsed)
         resident = [(s.rank, sid) for sid in among
-                    if (s := self.sessions.get(sid)) is not None and s.idle() and not s.waiting]
+                    if (s := self.sessions.get(sid)) is not None and s.resting()]
         return [sid for _, sid in sorted(resident)] + [sid for sid in among if sid in self.lapsed]
 
     def inherit(self, session: str, predecessor: str, now: float) -> bool:
@@ -194,7 +201,7 @@ class Residency:
         unknown and ``predecessor`` idle or lapsed."""
         self._lapse(now)
         old = self.sessions.get(predecessor)
-        if session in self.sessions or (old is not None and not (old.idle() and not old.waiting)):
+        if session in self.sessions or (old is not None and not old.resting()):
             return False
         if old is None:
             rank = self.lapsed.pop(predecessor, None)
@@ -228,7 +235,7 @@ class Residency:
         while heap:
             deadline, _, sid = heap[0]
             s = self.sessions.get(sid)
-            if s is not None and s.idle() and not s.waiting and max(s.pinned_until, s.grace_until) == deadline:
+            if s is not None and s.resting() and s.until() == deadline:
                 return deadline
             heapq.heappop(heap)  # that session is gone, busy or has a later deadline (pushed when it changed)
         return None
@@ -270,11 +277,10 @@ class Residency:
 
     def _may_lapse(self, session: str, s: _Session) -> None:
         """``s`` may have stopped being live or waiting, or its deadline moved: push when it lapses."""
-        if s.idle() and not s.waiting:
-            heapq.heappush(self._deadlines, (max(s.pinned_until, s.grace_until), next(self._pushes), session))
+        if s.resting():
+            heapq.heappush(self._deadlines, (s.until(), next(self._pushes), session))
         if len(self._deadlines) > 2 * len(self.sessions) + 1024:  # mostly stale (pins renewed): one per session
-            self._deadlines = [(max(s.pinned_until, s.grace_until), next(self._pushes), sid)
-                               for sid, s in self.sessions.items() if s.idle() and not s.waiting]
+            self._deadlines = [(x.until(), next(self._pushes), sid) for sid, x in self.sessions.items() if x.resting()]
             heapq.heapify(self._deadlines)
 
     def _lapse(self, now: float) -> None:

@@ -193,7 +193,7 @@ class VllmEngine:
             else:
                 ids, reused, predecessor = await asyncio.to_thread(self._prompt_ids, req, idle)
             if predecessor is not None:
-                self.gate.rule.inherit(req.session, predecessor, time.monotonic())
+                rule.inherit(req.session, predecessor, time.monotonic())
             grammar = self._grammar(req)
             sampling = _sampling(req.params, grammar)
             admitted = await self.gate.enter(req.session, req.rid, len(ids))
@@ -233,13 +233,12 @@ class VllmEngine:
         key = req.conversation or conversation_key(req.messages, req.tools)
         sessions = self._conversations.pop(key, [])
         self._conversations[key] = sessions  # the most recent conversation last
-        idle = rule.idle(now, among=[s for s in sessions if s != req.session])  # (lapses what is due first)
+        others = [s for s in sessions if s != req.session]
+        idle = rule.idle(now, among=others)  # (lapses what is due first)
         # kept: those still resident or lapsed, or whose request is on its way to the rule (its prompt is
         # rendered in a thread first); one that ended, or that another continued, is gone from all three
-        others = [s for s in sessions
-                  if s != req.session and (s in rule.sessions or s in rule.lapsed or s in self._entering)]
-        kept = others[1 - MAX_CONVERSATION_SESSIONS:] if MAX_CONVERSATION_SESSIONS > 1 else []
-        sessions[:] = [*kept, req.session]
+        kept = [s for s in others if s in rule.sessions or s in rule.lapsed or s in self._entering]
+        sessions[:] = [*kept, req.session][-MAX_CONVERSATION_SESSIONS:]
         while len(self._conversations) > self.config.max_session_records:
             self._conversations.popitem(last=False)
         return idle
