@@ -1,5 +1,5 @@
-"""The vLLM engine's text codec for remembered turns: a fast tokenizer decodes through its backend,
-with the same text as transformers' decode."""
+"""The vLLM engine's text codec for remembered turns: a fast tokenizer decodes and encodes through its
+backend, with the same text and ids as transformers' decode and encode."""
 
 from __future__ import annotations
 
@@ -52,3 +52,57 @@ def test_a_tokenizer_without_a_backend_decodes_with_its_own() -> None:
             return "|".join(map(str, ids)) + f" {skip_special_tokens}"
 
     assert _TextCodec(MistralLike()).decode([1, 2]) == "1|2 False"
+
+
+def test_the_backend_encodes_as_transformers_does() -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR))
+    codec = _TextCodec(tok)
+    assert codec._encoder is not None
+    chat = tok.apply_chat_template([{"role": "user", "content": "Qu'il fait beau à Paris — 21 °C? 🌞 ok"},
+                                    {"role": "assistant", "content": "<tool_call>\n{\"name\": \"f\"}\n</tool_call>"}],
+                                   tokenize=False, add_generation_prompt=True)
+    rng = random.Random(5)
+    pieces = [chat, "", " ", "\n\n", "  leading spaces", "<|im_end|>", "a<|im_start|>b", "日本語のテキスト", "x" * 3000]
+    pieces += [chat[rng.randint(0, len(chat)):][:rng.randint(0, 80)] for _ in range(60)]  # cuts anywhere
+    pieces += [tok.decode([rng.randrange(len(tok)) for _ in range(30)]) for _ in range(30)]  # special tokens among them
+    for text in pieces:
+        assert codec.encode(text) == tok.encode(text, add_special_tokens=False), text
+
+    from tokenizers.processors import TemplateProcessing
+
+    bos = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR))  # one that adds a token unless told not to
+    bos.backend_tokenizer.post_processor = TemplateProcessing(single="<|im_start|> $A", special_tokens=[
+        ("<|im_start|>", bos.convert_tokens_to_ids("<|im_start|>"))])
+    assert bos.encode("hello") != bos.encode("hello", add_special_tokens=False)
+    assert _TextCodec(bos).encode("hello") == bos.encode("hello", add_special_tokens=False)
+
+
+def test_a_tokenizer_that_encodes_in_python_or_is_set_otherwise_keeps_its_encode() -> None:
+    """A subclass that changes what is encoded, and a backend set to split special tokens or to
+    truncate, which transformers' encode would reset first: transformers' encode, not the backend's."""
+    from transformers import AutoTokenizer
+
+    base = type(AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR)))
+
+    class Lowering(base):  # type: ignore[misc, valid-type]
+        def _encode_plus(self, text: object, *args: object, **kw: object) -> object:
+            return super()._encode_plus(str(text).lower(), *args, **kw)
+
+    lowering = Lowering.from_pretrained(str(DEFAULT_MODEL_DIR))
+    codec = _TextCodec(lowering)
+    assert codec._encoder is None and codec._backend is not None  # it still decodes through the backend
+    assert codec.encode("HELLO") == lowering.encode("hello", add_special_tokens=False)
+
+    split = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR), split_special_tokens=True)  # backend set alike
+    assert _TextCodec(split).encode("a<|im_end|>") == split.encode("a<|im_end|>", add_special_tokens=False)
+    assert len(split.encode("<|im_end|>", add_special_tokens=False)) > 1
+    told = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR))
+    told.split_special_tokens = True  # the backend not set yet: transformers' encode sets it first
+    assert _TextCodec(told)._encoder is None
+    assert _TextCodec(told).encode("<|im_end|>") == split.encode("<|im_end|>", add_special_tokens=False)
+
+    truncating = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR))
+    truncating.backend_tokenizer.enable_truncation(4)
+    assert _TextCodec(truncating)._encoder is None
