@@ -52,7 +52,8 @@ _SSE = {200: {"content": {"text/event-stream": {}}, "description": "a Response o
 
 
 @router.post("/v1/responses", response_model=None, responses=_SSE)
-async def create_response(body: CreateResponse, request: Request, who: Caller) -> Any:
+async def create_response(body: CreateResponse, request: Request,
+                          who: Caller) -> JSONResponse | EventStreamResponse:
     """Create a model response (streamed with ``stream: true``; unattended with ``background: true``)."""
     state = gateway_state(request)
     p = await plan(state, body, who.key_id)
