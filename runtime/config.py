@@ -147,7 +147,7 @@ class Config:
                               "| off", "gateway")
     log_level: str = opt("INFO", "DEBUG | INFO | WARNING | ERROR")
     loop: str = opt("uvloop", "every process's event loop: uvloop | asyncio (the standard library's)")
-    gc_young: int = opt(20_000, "allocations between collections of Python's youngest generation, in every "
+    gc_young: int = opt(200_000, "allocations between collections of Python's youngest generation, in every "
                         "process (Python's default, 700, collects every few streamed tokens)")
     log_format: str = opt("text", "text | json (one object per line, with the session id)")
 

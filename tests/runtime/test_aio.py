@@ -38,7 +38,7 @@ def test_every_process_collects_its_youngest_generation_as_configured() -> None:
 
     before = gc.get_threshold()
     try:
-        assert aio.run(threshold(), gc_young=load_config().gc_young) == 20_000
+        assert aio.run(threshold(), gc_young=load_config().gc_young) == 200_000
         assert gc.get_threshold()[1:] == before[1:]  # the older generations as they were
         assert aio.run(threshold(), gc_young=load_config(gc_young=5_000).gc_young) == 5_000
     finally:
