@@ -45,6 +45,12 @@ def test_a_tokenizer_that_decodes_in_python_too_keeps_its_decode() -> None:
 
     assert _TextCodec(TokenizerPoolQwen2Tokenizer.from_pretrained(str(DEFAULT_MODEL_DIR)))._backend is not None
 
+    class CachedQwen2Tokenizer(base):  # type: ignore[misc, valid-type]  # vLLM's cache, without the pool
+        def encode(self, *args: object, **kw: object) -> object:
+            return super().encode(*args, **kw)
+
+    assert _TextCodec(CachedQwen2Tokenizer.from_pretrained(str(DEFAULT_MODEL_DIR)))._encoder is not None
+
 
 def test_a_tokenizer_without_a_backend_decodes_with_its_own() -> None:
     class MistralLike:  # not transformers': it takes no clean_up_tokenization_spaces

@@ -406,7 +406,7 @@ class _TextCodec:
 
 
 _FAST_BASES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # transformers' fast tokenizer (5.x, 4.x)
-_WRAPPERS = ("TokenizerPool", "CachedTokenizer")  # vLLM's: they delegate to the same class
+_WRAPPERS = ("TokenizerPool", "Cached")  # vLLM's (TokenizerPool<cls>, Cached<cls>): they delegate to the same class
 
 
 _DECODES = ("decode", "_decode")
