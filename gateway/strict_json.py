@@ -101,9 +101,8 @@ def _direct_call(route: APIRoute) -> Callable[[Request], Awaitable[Response | No
     FastAPI's solver (see ``ParsedBodyRoute``); it answers None when FastAPI's handler must take the
     request.  None when the endpoint is not of that kind."""
     dep = route.dependant
-    if (len(dep.body_params) != 1 or dep.path_params or dep.query_params or dep.header_params
-            or dep.cookie_params or dep.request_param_name is None or not inspect.iscoroutinefunction(dep.call)
-            or any(getattr(dep, name, None) for name in _OTHER_PARAMS) or not _answers_responses(dep.call)):
+    if (len(dep.body_params) != 1 or dep.request_param_name is None or not _plain(dep)
+            or not _answers_responses(dep.call)):
         return None
     body = dep.body_params[0]
     model = getattr(body.field_info, "annotation", None)
@@ -113,10 +112,7 @@ def _direct_call(route: APIRoute) -> Callable[[Request], Awaitable[Response | No
     needs: list[tuple[str, Callable[..., Awaitable[Any]], str]] = []
     for sub in dep.dependencies:
         conn = sub.request_param_name or sub.http_connection_param_name
-        if (sub.name is None or conn is None or sub.dependencies or sub.body_params or sub.path_params
-                or sub.query_params or sub.header_params or sub.cookie_params
-                or any(getattr(sub, name, None) for name in _OTHER_PARAMS)
-                or not inspect.iscoroutinefunction(sub.call)):
+        if sub.name is None or conn is None or sub.dependencies or sub.body_params or not _plain(sub):
             return None
         needs.append((sub.name, sub.call, conn))
     endpoint, request_name = dep.call, dep.request_param_name
@@ -148,6 +144,14 @@ _OTHER_PARAMS = ("websocket_param_name", "response_param_name", "background_task
                  "security_scopes_param_name")
 
 
+def _plain(dep: Any) -> bool:
+    """Whether a dependant is a coroutine function taking no path, query, header or cookie parameter and
+    none of the connection's other objects (``_OTHER_PARAMS``)."""
+    return (inspect.iscoroutinefunction(dep.call) and not (dep.path_params or dep.query_params or dep.header_params
+                                                           or dep.cookie_params)
+            and not any(getattr(dep, name, None) for name in _OTHER_PARAMS))
+
+
 def _answers_responses(endpoint: Callable[..., Any]) -> bool:
     """Whether ``endpoint`` is annotated to return ``Response`` objects only (nothing FastAPI serialises)."""
     try:
@@ -160,16 +164,26 @@ def _answers_responses(endpoint: Callable[..., Any]) -> bool:
 
 def _declares_json(scope: dict[str, Any]) -> bool:
     """Whether the request says its body is JSON (FastAPI reads an undeclared body as no JSON)."""
-    return any(k.lower() == b"content-type" for k, _ in scope.get("headers", ())) and _is_json(scope)
+    kind = _content_type(scope)
+    return kind is not None and _json_type(kind)
 
 
 def _is_json(scope: dict[str, Any]) -> bool:
     """Whether the body is read as JSON: a JSON content type, or none at all."""
+    kind = _content_type(scope)
+    return kind is None or _json_type(kind)
+
+
+def _content_type(scope: dict[str, Any]) -> str | None:
+    """The request's media type, lower case, without parameters; None when it names none."""
     for k, v in scope.get("headers", ()):
         if k.lower() == b"content-type":
-            kind = v.decode("latin-1").split(";")[0].strip().lower()
-            return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
-    return True
+            return v.decode("latin-1").split(";")[0].strip().lower()
+    return None
+
+
+def _json_type(kind: str) -> bool:
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
 def _invalid(why: str) -> ApiError:
