@@ -88,10 +88,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 # --------------------------------------------------------------------------- one request
 async def request(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """One streamed completion: time to the first content token, text length, usage, finish reason."""
+    """One streamed completion: time to the first content token, text length, usage, finish reason, and
+    the SSE frames that carried JSON (what the client parsed)."""
     body = {"model": SERVED, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    t0, ttft, text, usage, finish = time.perf_counter(), None, "", None, None
+    t0, ttft, text, usage, finish, frames = time.perf_counter(), None, "", None, None, 0
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
         if resp.status_code != 200:
             return {"error": f"HTTP {resp.status_code}", "ttft": None, "tokens": 0}
@@ -99,6 +100,7 @@ async def request(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: 
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            frames += 1
             usage = chunk.get("usage") or usage
             for choice in chunk["choices"]:
                 delta = choice["delta"].get("content") or ""
@@ -107,7 +109,7 @@ async def request(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: 
                 text += delta
                 finish = choice.get("finish_reason") or finish
     return {"ttft": ttft, "chars": len(text), "tokens": (usage or {}).get("completion_tokens", 0),
-            "usage": usage is not None, "finish": finish, "prompt": prompt, "error": None}
+            "usage": usage is not None, "finish": finish, "prompt": prompt, "frames": frames, "error": None}
 
 
 async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -> dict[str, Any]:
@@ -183,6 +185,7 @@ def summarise(levels: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, An
                       "ttft_p90_ms": percentile(ttft, 90), "tok_s": tokens / wall if wall else 0.0,
                       "cpu_ms_per_token": 1e3 * cpu / tokens if tokens else float("nan"),
                       "background_cores": background / wall if wall else 0.0,  # other servers' CPU meanwhile
+                      "frames_per_request": sum(r.get("frames", 0) for r in results) / max(len(results), 1),
                       "cpu_ms_per_token_by_process": {k: round(1e3 * v / max(tokens, 1), 3)
                                                       for k, v in sorted(by_process.items(), key=lambda kv: -kv[1])},
                       "lengths": sorted((r.get("prompt", ""), r["tokens"]) for r in results)}

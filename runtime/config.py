@@ -83,8 +83,9 @@ class Config:
                            "reasoning parser, not harmony): decoder publishes its content events and ends it itself "
                            "(no parser hop per token); parser sends it through a parser like every other turn",
                            "decode")
-    coalesce_tokens: int = opt(4, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
-                                  "next write round) when it has this many", "decode")
+    coalesce_tokens: int = opt(8, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
+                                  "next write round) when it has this many (the clock, `coalesce_ms`, paces "
+                                  "a turn slower than this many tokens per `coalesce_ms`)", "decode")
     coalesce_ms: float = opt(60.0, "token-log chunking: the longest a turn's buffered token waits for the decoder's "
                                    "write round (unless one is in flight); it leaves with the last engine step "
                                    "before, after which waiting for the turn's next token would pass this (each "

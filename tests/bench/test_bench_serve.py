@@ -41,6 +41,10 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
             "valkey-server 0) against vLLM's API server 900 µs: goal MISSED")
     assert line in serve_report.table(summary, [1, 32], met)
     assert serve_report.pipeline_line({"turnstream-vllm": summary["turnstream-vllm"]}, 32) == ""
+    assert "SSE frames a request" not in serve_report.table(summary, [1, 32], met)  # a summary without them
+    summary["vllm-server"][32].update(frames_per_request=38.0, tokens=576, requests=16)
+    summary["turnstream-vllm"][32].update(frames_per_request=7.5, tokens=576, requests=16)
+    assert "vllm-server 38.0 for 36.0 tokens, turnstream-vllm 7.5 for 36.0 tokens" in serve_report.table(summary, [1, 32], met)
 
 
 def _burner(tmp_path, seconds: float) -> Server:
@@ -181,3 +185,11 @@ def test_one_token_requests_must_report_their_token() -> None:
     problems = serve.check_one_token("native", 32, [{**ok, "usage": False}, {"error": "HTTP 500", "tokens": 0}])
     assert problems == ["native at concurrency 32, one-token request 0: no usage of one token",
                         "native at concurrency 32, one-token request 1: HTTP 500"]
+
+
+def test_summary_counts_the_frames_a_request_took() -> None:
+    one = {"ttft": 0.01, "chars": 40, "usage": True, "tokens": 12, "finish": "length", "error": None, "prompt": "p"}
+    run = {"results": [{**one, "frames": 3}, {**one, "frames": 5}], "wall_s": 1.0, "cpu_s": 0.5,
+           "cpu_by_process": {"gateway": 0.5}}
+    level = serve.summarise({4: [run]})[4]
+    assert (level["frames_per_request"], level["tokens"], level["requests"]) == (4.0, 24, 2)
