@@ -139,13 +139,27 @@ def plot(path: Path, summary: Summary, levels: list[int]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(16, 4.6), dpi=110)
     top = max(levels)
     for name, s in summary.items():
         left.plot(levels, [s[c]["ttft_p50_ms"] for c in levels], marker="o", label=name)
     left.set(xscale="log", xlabel="concurrent requests", ylabel="TTFT p50 (ms)", title="time to first token")
     left.set_xticks(levels, [str(c) for c in levels])
     names = list(summary)
-    right.bar(names, [summary[n][top]["tok_s"] for n in names], color=["tab:blue", "tab:orange", "tab:green"][:len(names)])
-    right.set(ylabel="output tokens/s", title=f"throughput at {top} concurrent")
-    save_figure(fig, path, [left, right])
+    mid.bar(names, [summary[n][top]["tok_s"] for n in names], color=["tab:blue", "tab:orange", "tab:green"][:len(names)])
+    mid.set(ylabel="output tokens/s", title=f"throughput at {top} concurrent")
+    cpu_bars(right, summary, names, top)
+    save_figure(fig, path, [left, mid, right])
+
+
+def cpu_bars(ax: Any, summary: Summary, names: list[str], top: int) -> None:
+    """Each server's CPU per token at ``top`` in flight, stacked by process (those of 1 µs or more)."""
+    by = {n: {k: 1e3 * v for k, v in summary[n][top].get("cpu_ms_per_token_by_process", {}).items()} for n in names}
+    procs = list(dict.fromkeys(k for n in names for k, v in by[n].items() if v >= 1.0))
+    bottom = [0.0] * len(names)
+    for k in procs:
+        values = [by[n].get(k, 0.0) for n in names]
+        ax.bar(names, values, bottom=bottom, label=k)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(ylabel="CPU µs per output token", title=f"CPU per token at {top} concurrent, by process",
+           ylim=(0, 1.7 * max(bottom, default=1.0)))  # room above the bars for the legend

@@ -193,3 +193,21 @@ def test_summary_counts_the_frames_a_request_took() -> None:
            "cpu_by_process": {"gateway": 0.5}}
     level = serve.summarise({4: [run]})[4]
     assert (level["frames_per_request"], level["tokens"], level["requests"]) == (4.0, 24, 2)
+
+
+def test_the_plot_stacks_each_servers_cpu_per_token_by_process(tmp_path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = {"vllm-server": {32: _figures(30, 100)}, "turnstream-vllm": {32: _figures(20, 120)}}
+    summary["vllm-server"][32]["cpu_ms_per_token_by_process"] = {"vllm api server": 0.1, "VLLM::Worker": 0.0004}
+    fig, ax = plt.subplots()
+    serve_report.cpu_bars(ax, summary, list(summary), 32)
+    stacked = {(p.get_x(), p.get_height(), p.get_y()) for p in ax.patches if p.get_height() > 0}
+    assert len(stacked) == 3  # the API server's 100 µs; 600 + 400 µs stacked; a process under 1 µs left out
+    assert max(y + h for _, h, y in stacked) == 1000.0
+    plt.close(fig)
+    serve_report.plot(tmp_path / "serve.png", summary, [32])
+    assert (tmp_path / "serve.png").stat().st_size > 0
