@@ -116,10 +116,11 @@ def table(summary: Summary, levels: list[int], met: dict[str, Any],
                                             if v >= 0.0005)
     framed = {name: s[top] for name, s in summary.items() if "frames_per_request" in s[top]}
     if framed:
-        text += (f"\n\nSSE frames a request at {top} (each a JSON chunk the client parses; turnstream's decoder sends "
-                 f"a turn's tokens together, every `coalesce_ms` or `coalesce_tokens` at a time): "
-                 + ", ".join(f"{name} {s['frames_per_request']:.1f} for {s['tokens'] / max(s['requests'], 1):.1f} "
-                             f"tokens" for name, s in framed.items()))
+        text += (f"\n\nSSE frames a request at {top} (JSON chunks the client parsed, role, finish and usage included; "
+                 f"turnstream's decoder sends a turn's tokens every `coalesce_ms` or once `coalesce_tokens` are buffered, "
+                 f"vLLM's server every `--stream-interval` tokens): "
+                 + ", ".join(f"{name} {s['frames_per_request']:.1f} ({s['tokens'] / max(s['requests'], 1):.1f} "
+                             f"tokens)" for name, s in framed.items()))
     if line := pipeline_line(summary, top):
         text += "\n\n" + line
     if split and (lines := split_lines(summary, split, top)):

@@ -44,7 +44,7 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
     assert "SSE frames a request" not in serve_report.table(summary, [1, 32], met)  # a summary without them
     summary["vllm-server"][32].update(frames_per_request=38.0, tokens=576, requests=16)
     summary["turnstream-vllm"][32].update(frames_per_request=7.5, tokens=576, requests=16)
-    assert "vllm-server 38.0 for 36.0 tokens, turnstream-vllm 7.5 for 36.0 tokens" in serve_report.table(summary, [1, 32], met)
+    assert "vllm-server 38.0 (36.0 tokens), turnstream-vllm 7.5 (36.0 tokens)" in serve_report.table(summary, [1, 32], met)
 
 
 def _burner(tmp_path, seconds: float) -> Server:
