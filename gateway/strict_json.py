@@ -54,13 +54,19 @@ def loads(data: bytes | str) -> Any:
 
 
 _PARSED = "parsed_json"  # where check_body keeps the body's value, in the scope's state
+_DECLARED = "declared_json"  # and whether the request named a JSON content type (not none at all)
 
 
 def check_body(scope: dict[str, Any], body: bytes) -> None:
     """Raise a 400 ApiError when an HTTP request's JSON body is not acceptable (other bodies pass);
-    keep the value of an acceptable one for the route."""
-    if body and _is_json(scope):
-        scope.setdefault("state", {})[_PARSED] = loads(body)
+    keep the value of an acceptable one for the route: a body is read as JSON when its content type
+    is JSON or it names none."""
+    if not body:
+        return
+    kind = _content_type(scope)
+    if kind is None or _json_type(kind):
+        state = scope.setdefault("state", {})
+        state[_PARSED], state[_DECLARED] = loads(body), kind is not None
 
 
 class _ParsedBodyRequest(Request):
@@ -119,8 +125,9 @@ def _direct_call(route: APIRoute) -> Callable[[Request], Awaitable[Response | No
 
     async def call(request: Request) -> Response | None:
         scope = request.scope
-        value = (scope.get("state") or {}).get(_PARSED)
-        if not isinstance(value, dict) or not _declares_json(scope) or _overridden(route, scope):
+        state = scope.get("state") or {}
+        value = state.get(_PARSED)
+        if not isinstance(value, dict) or not state.get(_DECLARED) or _overridden(route, scope):
             return None  # no JSON object, or not declared JSON (FastAPI says what is wrong); a test's overrides
         kwargs: dict[str, Any] = {request_name: request}
         for name, dependency, conn in needs:
@@ -160,18 +167,6 @@ def _answers_responses(endpoint: Callable[..., Any]) -> bool:
         return False
     kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     return all(isinstance(k, type) and issubclass(k, Response) for k in kinds)
-
-
-def _declares_json(scope: dict[str, Any]) -> bool:
-    """Whether the request says its body is JSON (FastAPI reads an undeclared body as no JSON)."""
-    kind = _content_type(scope)
-    return kind is not None and _json_type(kind)
-
-
-def _is_json(scope: dict[str, Any]) -> bool:
-    """Whether the body is read as JSON: a JSON content type, or none at all."""
-    kind = _content_type(scope)
-    return kind is None or _json_type(kind)
 
 
 def _content_type(scope: dict[str, Any]) -> str | None:
