@@ -12,13 +12,22 @@ included, the same on every design).  The designs:
 * ``tracked``  a cluster: per master, a tracked connection woken by invalidations, pipelined
                XREADs of the streams that changed (``runtime.tracked_reads.ClusterReads``);
 * ``per-slot`` a cluster: one blocking XREAD per stream, each on its own connection -- the only
-               way to block on streams of different slots (a command cannot span slots).
+               way to block on streams of different slots (a command cannot span slots);
+* ``server-pushed``  one server: a design not in the product yet, measured here before it is built.
+               The writer's script XADDs the entry and PUBLISHes it on the stream's own channel with the
+               id before it (``PUSH``); the reader SUBSCRIBEs to the streams' channels on one connection
+               and takes each entry from its push, with no read round trip, whenever the push follows its
+               cursor (else, a gap: an XREAD from the cursor repairs it, ``PushedReads``).
+
+Printed beside the CPU shares: each side's CPU per entry (µs).  The writer's part is in the bench
+process's figure, the same on every design but ``server-pushed``, whose writes run a script.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import resource
 import time
@@ -38,11 +47,100 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-async def _write(r: Any, streams: list[str], n: int, rate: float) -> None:
+# XADD one entry and PUBLISH "<id before it> <its id> <data>" on the stream's channel (its own name).
+PUSH = """
+local before = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+redis.call('PUBLISH', KEYS[1], (before[1] and before[1][1] or '0-0') .. ' ' .. id .. ' ' .. ARGV[1])
+return id
+"""
+
+
+async def _write(r: Any, streams: list[str], n: int, rate: float, pushed: bool = False) -> None:
     rng = random.Random(1)
+    sha = await r.script_load(PUSH) if pushed else None
     for i in range(n):
-        await bus.add(r, rng.choice(streams), repr(time.time()).encode())
+        stream, data = rng.choice(streams), repr(time.time()).encode()
+        if sha is None:
+            await bus.add(r, stream, data)
+        else:
+            await r.execute_command("EVALSHA", sha, 1, stream, data)
         await asyncio.sleep(1 / rate)
+
+
+def _pos(entry_id: bytes | str) -> tuple[int, int]:
+    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
+class PushedReads:
+    """``server-pushed``'s reader (a bench prototype, not the product's): ``read(streams, count, block_ms)``
+    as ``runtime.bus.many_reader``'s.  One listener connection SUBSCRIBEd to every stream's channel keeps
+    the pushes that arrive; a read hands out, per stream, the pushed entries past its cursor while each
+    push's "id before it" is the last one handed out.  A push that does not follow (entries written before
+    the subscription, or by a writer that does not push) marks its stream broken: one XREAD from its cursor
+    reads what was missed, and the pushes after it follow again."""
+
+    def __init__(self, r: Any) -> None:
+        self.r = r
+        kw = r.connection_pool.connection_kwargs
+        self.listener = r.connection_pool.connection_class(**{**kw, "socket_timeout": None})
+        self.pending: dict[str, list[tuple[bytes, bytes, bytes]]] = {}
+        self.broken: set[str] = set()
+        self.arrived = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    connections = 2  # the listener, and the client's connection for the repairs
+
+    async def open(self, streams: list[str]) -> None:
+        await self.listener.connect()
+        await self.listener.send_command("SUBSCRIBE", *streams)
+        for _ in streams:
+            await self.listener.read_response()
+        self.broken.update(streams)  # what came before the subscription: read once
+        self._task = asyncio.create_task(self._listen())
+
+    async def _listen(self) -> None:
+        while True:
+            kind, channel, payload = await self.listener.read_response()
+            if kind == b"message":
+                before, entry_id, data = payload.split(b" ", 2)
+                self.pending.setdefault(channel.decode(), []).append((before, entry_id, data))
+                self.arrived.set()
+
+    async def read(self, streams: dict[str, str], count: int, block_ms: int) -> list[tuple[str, list]]:
+        if not self.pending and not self.broken:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(block_ms / 1000):
+                    await self.arrived.wait()
+        self.arrived.clear()
+        got: dict[str, list] = {}
+        after = dict(streams)  # each stream's cursor past what this read hands out
+        pending, self.pending = self.pending, {}
+        for stream, pushes in pending.items():
+            if stream in self.broken:
+                continue  # its repair reads them
+            for before, entry_id, data in pushes:
+                if _pos(entry_id) <= _pos(after[stream]):
+                    continue  # read already
+                if before.decode() != after[stream]:
+                    self.broken.add(stream)
+                    break
+                got.setdefault(stream, []).append((entry_id, {bus.FIELD: data}))
+                after[stream] = entry_id.decode()
+        for stream in list(self.broken):
+            self.broken.discard(stream)
+            reply = await self.r.xread({stream: after[stream]}, count=count)  # raw: fields flat, as sent
+            for _, rows in reply or ():
+                got.setdefault(stream, []).extend(
+                    (eid, dict(zip(flat[::2], flat[1::2], strict=True))) for eid, flat in rows)
+        return list(got.items())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.listener.disconnect()
 
 
 def _record(rows: list, lat: list[float]) -> None:
@@ -93,10 +191,15 @@ async def run(design: str, url: str, sessions: int, n: int, rate: float, servers
     for s in streams:
         await bus.add(w, s, repr(time.time()).encode())  # every stream exists; these count too
     lat: list[float] = []
+    reader: Any = None
+    if design == "server-pushed":
+        reader = PushedReads(r)
+        await reader.open(streams)  # before the clock: subscribing is once per stream, not per entry
+    elif design != "per-slot":
+        reader = bus.many_reader(r, tracked=design != "server")
     cpu0, server0, t0 = _cpu(), _server_cpu(servers), time.monotonic()
-    reader = None if design == "per-slot" else bus.many_reader(r, tracked=design != "server")
     follow = _per_slot(r, streams, n + sessions, lat) if reader is None else _many(reader, streams, n + sessions, lat)
-    await asyncio.gather(follow, _write(w, streams, n, rate))
+    await asyncio.gather(follow, _write(w, streams, n, rate, pushed=design == "server-pushed"))
     wall, cpu, server_cpu = time.monotonic() - t0, _cpu() - cpu0, _server_cpu(servers) - server0
     conns = sessions if reader is None else reader.connections  # per-slot: one blocked connection per stream
     if reader is not None:
@@ -106,7 +209,8 @@ async def run(design: str, url: str, sessions: int, n: int, rate: float, servers
     lat = lat[sessions:]
     return {"design": design, "streams": sessions, "entries": n, "received": len(lat), "p50_ms": percentile(lat, 50),
             "p99_ms": percentile(lat, 99), "max_ms": max(lat), "connections": conns,
-            "process_cpu_pct": round(100 * cpu / wall, 1), "server_cpu_pct": round(100 * server_cpu / wall, 1)}
+            "process_cpu_pct": round(100 * cpu / wall, 1), "server_cpu_pct": round(100 * server_cpu / wall, 1),
+            "process_us_per_entry": round(1e6 * cpu / n, 1), "server_us_per_entry": round(1e6 * server_cpu / n, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,14 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedRedis() as server, EmbeddedCluster(3, replicas=0) as c:
         masters = [node.url for node in c.nodes[: c.n_masters]]
         for design, url, servers in (("server", server.url, [server.url]), ("server-tracked", server.url, [server.url]),
+                                     ("server-pushed", server.url, [server.url]),
                                      ("tracked", c.url, masters), ("per-slot", c.url, masters)):
             progress(f"reads: {design}, {args.sessions} streams, {args.entries} entries at {args.rate:g}/s")
             rows.append(asyncio.run(run(design, url, args.sessions, args.entries, args.rate, servers)))
             progress(f"  {rows[-1]}")
     table = markdown_table(["design", "streams", "entries", "p50 ms", "p99 ms", "max ms", "reader connections",
-                            "bench process CPU %", "server CPU %"],
+                            "bench process CPU %", "server CPU %", "bench process µs/entry", "server µs/entry"],
                            [[r["design"], r["streams"], r["entries"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-                             r["connections"], r["process_cpu_pct"], r["server_cpu_pct"]] for r in rows])
+                             r["connections"], r["process_cpu_pct"], r["server_cpu_pct"], r["process_us_per_entry"],
+                             r["server_us_per_entry"]] for r in rows])
     problems = [f"{r['design']}: {r['received']} of {r['entries']} entries read" for r in rows
                 if r["received"] < r["entries"]]
     out = write_results("reads", args.out, {"rows": rows, "problems": problems}, table)
@@ -140,14 +246,15 @@ def _plot(path: Any, rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
     xs = list(range(len(rows)))
-    labels = [f"{r['design']}\n({r['connections']} conn)" for r in rows]
+    labels = [f"{r['design'].replace('-', '-' + chr(10))}\n({r['connections']} conn)" for r in rows]
     lat.bar([x - 0.2 for x in xs], [r["p50_ms"] for r in rows], 0.4, label="p50")
     lat.bar([x + 0.2 for x in xs], [r["p99_ms"] for r in rows], 0.4, label="p99")
     lat.set(xticks=xs, xticklabels=labels, ylabel="write -> read latency (ms)",
             title=f"one reader of {rows[0]['streams']} streams", yscale="log")
     cpu.bar([x - 0.2 for x in xs], [r["server_cpu_pct"] for r in rows], 0.4, label="server(s)")
     cpu.bar([x + 0.2 for x in xs], [r["process_cpu_pct"] for r in rows], 0.4, label="bench process (reader, writer)")
-    cpu.set(xticks=xs, xticklabels=labels, ylabel="CPU, % of one core", title="what following them costs")
+    cpu.set(xticks=xs, xticklabels=labels, ylabel="CPU, % of one core", title="what following them costs",
+            ylim=(0, 1.3 * max(max(r["server_cpu_pct"], r["process_cpu_pct"]) for r in rows)))  # room for the legend
     save_figure(fig, path, [lat, cpu])
