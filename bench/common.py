@@ -13,6 +13,13 @@ from typing import Any
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 VLLM_VENV = REPO / ".venv-vllm"
+SERVE_TOPICS = ("the weather in Paris", "a good book", "the test results", "your plan for today", "the last meeting",
+                "a trip to Oslo", "the build failure", "a dinner for two")
+
+
+def serve_prompt(i: int) -> str:
+    """The ``i``-th user message ``bench serve`` sends (and ``bench.engine_alone`` renders)."""
+    return f"Request {i}: tell me about {SERVE_TOPICS[i % len(SERVE_TOPICS)]}."
 
 
 def vllm_python(venv: Path = VLLM_VENV) -> tuple[Path | None, str]:

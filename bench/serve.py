@@ -23,7 +23,9 @@ turnstream-native ahead of vllm-server on both.  Writes ``serve.json``, ``serve.
 
 ``--split``: after the measured rounds, one-token requests at the top level (at least 512 a server, not
 counted; each must report its one token in usage, text or not) give each server's CPU per request, and
-the measured requests' CPU beyond it, over their other tokens, its CPU per further token.  ``--profile``:
+the measured requests' CPU beyond it, over their other tokens, its CPU per further token.  With a vLLM
+side, vLLM's engine client then runs alone on the same requests (``bench.engine_alone``, its own
+engine): the part of the API server's and of the decoder's figures that is vLLM's ``AsyncLLM`` itself.  ``--profile``:
 then one more run at the top level per server, not counted, with py-spy flame graphs of its serving
 processes (``bench.profile``).
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -40,16 +43,14 @@ from typing import Any
 
 import httpx
 
-from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, VLLM_VENV, percentile, progress, verdict, vllm_python,
-                          wait_quiet, write_results)
+from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, REPO, VLLM_VENV, percentile, progress, serve_prompt,
+                          verdict, vllm_env, vllm_python, wait_quiet, write_results)
 from bench.profile import Profiler, ProfilerMissing, py_spy
-from bench.serve_report import goals, plot, table
+from bench.serve_report import ENGINE_ALONE, goals, plot, table
 from bench.servers import KINDS, Server, make_server
 from runtime.config import DEFAULT_MODEL_DIR
 
 SERVED = "tiny-agent"
-TOPICS = ("the weather in Paris", "a good book", "the test results", "your plan for today", "the last meeting",
-          "a trip to Oslo", "the build failure", "a dinner for two")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -118,7 +119,7 @@ async def run_level(server: Server, concurrency: int, n: int, max_tokens: int) -
 
     async def one(i: int) -> dict[str, Any]:
         async with sem:
-            prompt = f"Request {i}: tell me about {TOPICS[i % len(TOPICS)]}."
+            prompt = serve_prompt(i)
             try:
                 return await request(client, server.url, prompt, max_tokens)
             except httpx.HTTPError as exc:
@@ -289,7 +290,35 @@ def _split(args: argparse.Namespace, servers: dict[str, Server]) -> tuple[dict[s
         out[name] = {"requests": n, "cpu_ms_per_request_by_process": {k: round(1e3 * v / n, 3)
                                                                       for k, v in run["cpu_by_process"].items()}}
         progress(f"one-token requests, {name} at c={level}: {1e3 * run['cpu_s'] / n:.2f} ms of CPU a request")
+    if {"vllm-server", "turnstream-vllm"} & servers.keys():
+        alone, found = _engine_alone(args, level)
+        problems += found
+        if alone:
+            out[ENGINE_ALONE] = alone
     return out, problems
+
+
+def _engine_alone(args: argparse.Namespace, level: int) -> tuple[dict[str, Any], list[str]]:
+    """``--split``: vLLM's engine client with nothing around it (``bench.engine_alone``), the same requests at
+    ``level``: what the API server and the decoder both carry, set apart from the rest of each."""
+    python, _ = vllm_python(args.vllm_venv)
+    assert python is not None  # a vLLM side ran
+    n = max(2 * level_requests(args, level), 512)
+    argv = [str(python), "-m", "bench.engine_alone", "--model", args.model, "--concurrency", str(level),
+            "--one-token", str(n), "--requests", str(n // 2), "--max-tokens", str(args.max_tokens),
+            "--vllm-args", args.vllm_args]
+    progress(f"vLLM's engine client alone at c={level} (bench.engine_alone, its own engine)")
+    with tempfile.TemporaryDirectory(prefix="ts-engine-alone-") as tmp:
+        done = subprocess.run(argv, cwd=REPO, env=vllm_env(Path(tmp)), capture_output=True, text=True,
+                              timeout=args.start_timeout + 600)
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}, [f"engine alone: no result (exit {done.returncode}): {done.stderr[-2000:]}"]
+    progress(f"  {result['cpu_ms_per_request']:.2f} ms of CPU a request, {result['cpu_us_per_further_token']:.0f} µs "
+             f"a further token")
+    return result, [f"engine alone: {p}" for p in result["problems"]] + (
+        [f"engine alone: exit {done.returncode}"] if done.returncode else [])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 from bench.common import markdown_table, save_figure
 
 REFERENCE = "vllm-server"
+ENGINE_ALONE = "vllm-engine-alone"  # ``--split``: vLLM's AsyncLLM with no server around it (``bench.engine_alone``)
 TTFT_FACTOR, TTFT_SLACK_MS, THROUGHPUT_FACTOR = 1.1, 5.0, 0.95
 
 Summary = dict[str, dict[int, dict[str, Any]]]  # server -> concurrency -> figures
@@ -68,8 +69,11 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
     """Each server's CPU per request (``--split``'s one-token requests) and per further token (the
     measured run at ``top`` less that, over its other tokens): around vLLM's engine, the API server
     against turnstream's pipeline, process by process; "" without a split."""
-    lines = []
+    lines: list[str] = []
+    sides: dict[str, tuple[float, float, float, float]] = {}  # name -> ms a request, µs a further token (decoder's)
     for name, one in split.items():
+        if name == ENGINE_ALONE:
+            continue
         main = summary.get(name, {}).get(top)
         if main is None or not one.get("requests") or main["tokens"] <= main["requests"]:
             continue  # nothing measured, or no further tokens to set apart
@@ -79,11 +83,29 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
         extra = {k: 1e3 * (main["cpu_ms_per_token_by_process"].get(k, 0.0) * tokens - fixed[k]) / max(tokens - 1, 1)
                  for k in labels}
         parts = ", ".join(f"{k} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
+        sides[name] = (sum(fixed.values()), sum(extra.values()), fixed.get("worker decode", 0.0),
+                       extra.get("worker decode", 0.0))
         what = SPLIT_NAMES.get(name, "the pipeline")
         lines.append(f"- {name}: {what} {sum(fixed.values()):.2f} ms a request + {sum(extra.values()):.0f} µs a "
                      f"further token" + (f" ({parts})" if len(labels) > 1 else ""))
     if not lines:
         return ""
+    if alone := split.get(ENGINE_ALONE):
+        lines.append(f"- {ENGINE_ALONE}: vLLM's AsyncLLM with nothing around it (chat template, tokenising, "
+                     f"streaming; `bench.engine_alone`), which the API server and turnstream's decoder both run: "
+                     f"{alone['cpu_ms_per_request']:.2f} ms a request + {alone['cpu_us_per_further_token']:.0f} µs a "
+                     f"further token ({alone['cpu_us_per_token']:.0f} µs a token over "
+                     f"{alone['tokens_per_request']:.1f} tokens)")
+        ms, us = alone["cpu_ms_per_request"], alone["cpu_us_per_further_token"]
+        above = []
+        if REFERENCE in sides:
+            above.append(f"vLLM's API server {sides[REFERENCE][0] - ms:.2f} ms + {sides[REFERENCE][1] - us:.0f} µs")
+        if "turnstream-vllm" in sides:
+            fixed, extra, dec_fixed, dec_extra = sides["turnstream-vllm"]
+            above.append(f"turnstream-vllm's pipeline {fixed - ms:.2f} ms + {extra - us:.0f} µs (its decoder "
+                         f"{dec_fixed - ms:.2f} ms + {dec_extra - us:.0f} µs)")
+        if above:
+            lines.append("  - beyond it, per request and further token: " + "; ".join(above))
     return (f"CPU per request and per further token at {top} (`--split`: one-token requests, uncounted, beside "
             f"the measured ones):\n\n" + "\n".join(lines))
 

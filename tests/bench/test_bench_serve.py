@@ -177,6 +177,15 @@ def test_the_split_sets_each_request_apart_from_its_tokens() -> None:
     assert "- turnstream-vllm: the pipeline 4.20 ms a request + 45 µs a further token" in text  # (5.76 - 4.2) / 35
     assert "worker decode 2.00 ms + 25 µs" in text and "worker parser 0.00 ms + 0 µs" in text
     assert serve_report.split_lines(summary, {}, 32) == ""
+    alone = {"cpu_ms_per_request": 0.5, "cpu_us_per_further_token": 20.0, "cpu_us_per_token": 33.0,
+             "tokens_per_request": 36.0}
+    text = serve_report.split_lines(summary, {**split, serve_report.ENGINE_ALONE: alone}, 32)
+    assert "- vllm-engine-alone: vLLM's AsyncLLM with nothing around it" in text
+    assert "0.50 ms a request + 20 µs a further token (33 µs a token over 36.0 tokens)" in text
+    # what each side carries beyond the engine client: 2.2 - 0.5, 40 - 20; 4.2 - 0.5, 45 - 20; decoder 2.0 - 0.5, 25 - 20
+    assert ("beyond it, per request and further token: vLLM's API server 1.70 ms + 20 µs; turnstream-vllm's "
+            "pipeline 3.70 ms + 25 µs (its decoder 1.50 ms + 5 µs)") in text
+    assert serve_report.split_lines(summary, {serve_report.ENGINE_ALONE: alone}, 32) == ""  # nothing to set apart
 
 
 def test_one_token_requests_must_report_their_token() -> None:

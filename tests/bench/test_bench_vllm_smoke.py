@@ -51,3 +51,21 @@ def test_agent_bench_runs_every_side_on_the_same_tokens(tmp_path: Path) -> None:
     assert set(kept) == {"pins_lapsed", "admission_waits", "kv_refreshes"} and min(kept.values()) >= 0, kept
     assert sides["vllm-client"]["2"]["residency_per_task"] == {}  # vLLM's server has none
     assert any(line.startswith("agent: at concurrency 4, task p50 n/a") for line in run.output.splitlines())
+
+
+def test_the_engine_client_alone_runs_the_serve_requests_and_reports_its_cpu() -> None:
+    """``bench.engine_alone`` (``bench serve --split``'s reference): vLLM's AsyncLLM with nothing around it
+    generates every request's tokens and reports its CPU per request and per further token."""
+    import subprocess
+    import sys
+
+    from bench.common import REPO
+    from runtime.config import DEFAULT_MODEL_DIR
+
+    done = subprocess.run([sys.executable, "-m", "bench.engine_alone", "--model", str(DEFAULT_MODEL_DIR),
+                           "--concurrency", "2", "--one-token", "4", "--requests", "4", "--max-tokens", "8",
+                           "--vllm-args", EAGER], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["problems"] == [] and result["one_token_requests"] == 4 and result["requests"] == 4
+    assert 1 < result["tokens_per_request"] <= 8 and result["cpu_ms_per_request"] > 0 and result["cpu_us_per_token"] > 0
