@@ -7,10 +7,13 @@ vLLM's API server and turnstream's decoder both run vLLM's ``AsyncLLM`` in their
 core in a child.  Here it runs with nothing around it: the same chat completions as ``bench serve`` sends
 (one user message, greedy, ``--max-tokens``), each rendered with the model's chat template and tokenised
 in this process, as the API server does, streamed (vLLM's DELTA outputs), ``--concurrency`` in flight.
-The CPU of this process alone (the engine core excluded, as both servers' comparisons exclude it) is
-measured over ``--one-token`` one-token requests (the cost per request) and over ``--requests`` full
-ones (the cost per further token: their CPU beyond the one-token cost, over their other tokens).  Every
-request must generate its tokens, else exit 1.  Prints one JSON object on its last line.
+The CPU of this process alone (all its threads; the engine core's process excluded, as both servers'
+comparisons exclude it -- with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the core would run in this process and
+count) is measured over ``--one-token`` one-token requests (the cost per request) and over ``--requests``
+full ones (the cost per further token: their CPU beyond the one-token cost, over their other tokens).  A
+one-token request must generate its token, a full one at least one (it may stop early), else exit 1.
+Prints the result as JSON on a line of its own that starts with ``RESULT`` (``result_of``): vLLM's
+processes log to the same output.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": serve_prompt(i)}], add_generation_prompt=True,
                                              tokenize=False)
         ids = tokenizer.encode(text, add_special_tokens=False)
-        params = SamplingParams(max_tokens=max_tokens, temperature=0, output_kind=RequestOutputKind.DELTA)
+        params = SamplingParams(max_tokens=max_tokens, temperature=0, output_kind=RequestOutputKind.DELTA,
+                                skip_clone=True)  # as the API server and the decoder build theirs
         tokens = 0
         async for out in llm.generate(TokensPrompt(prompt_token_ids=ids), params, f"alone-{next(runs)}"):
             tokens += len(out.outputs[0].token_ids)
@@ -78,7 +82,18 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {"requests": args.requests, "one_token_requests": args.one_token, "tokens_per_request": round(tokens, 2),
             "cpu_ms_per_request": round(1e3 * per_request, 3), "cpu_us_per_further_token": round(1e6 * further, 1),
             "cpu_us_per_token": round(1e6 * full_cpu / max(sum(full_tokens), 1), 1),
-            "problems": [f"{len(short)} requests generated fewer tokens than asked"] if short else []}
+            "problems": [f"{len(short)} requests generated no token (or a one-token one more)"] if short else []}
+
+
+RESULT = "RESULT "
+
+
+def result_of(output: str) -> dict[str, Any] | None:
+    """The result ``main`` printed in ``output`` (None when there is none)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--vllm-args", default="{}", help="JSON engine arguments, as the servers get them")
     args = ap.parse_args(argv)
+    if min(args.concurrency, args.one_token, args.requests, args.max_tokens) < 1:
+        ap.error("--concurrency, --one-token, --requests and --max-tokens must be at least 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.monotonic()
     result = asyncio.run(measure(args))
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    print(json.dumps(result), flush=True)
+    print(RESULT + json.dumps(result), flush=True)
     return 1 if result["problems"] else 0
 
 

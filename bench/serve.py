@@ -35,6 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -43,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from bench import engine_alone
 from bench.common import (DEFAULT_OUT, QUIET_TIMEOUT_S, REPO, VLLM_VENV, percentile, progress, serve_prompt,
                           verdict, vllm_env, vllm_python, wait_quiet, write_results)
 from bench.profile import Profiler, ProfilerMissing, py_spy
@@ -309,16 +312,21 @@ def _engine_alone(args: argparse.Namespace, level: int) -> tuple[dict[str, Any],
             "--vllm-args", args.vllm_args]
     progress(f"vLLM's engine client alone at c={level} (bench.engine_alone, its own engine)")
     with tempfile.TemporaryDirectory(prefix="ts-engine-alone-") as tmp:
-        done = subprocess.run(argv, cwd=REPO, env=vllm_env(Path(tmp)), capture_output=True, text=True,
-                              timeout=args.start_timeout + 600)
-    try:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {}, [f"engine alone: no result (exit {done.returncode}): {done.stderr[-2000:]}"]
+        proc = subprocess.Popen(argv, cwd=REPO, env=vllm_env(Path(tmp)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # its engine core too
+        try:
+            out, err = proc.communicate(timeout=args.start_timeout + 600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return {}, [f"engine alone: no result within {args.start_timeout + 600:g} s"]
+    result = engine_alone.result_of(out)
+    if result is None:
+        return {}, [f"engine alone: no result (exit {proc.returncode}): {err[-2000:]}"]
     progress(f"  {result['cpu_ms_per_request']:.2f} ms of CPU a request, {result['cpu_us_per_further_token']:.0f} µs "
              f"a further token")
     return result, [f"engine alone: {p}" for p in result["problems"]] + (
-        [f"engine alone: exit {done.returncode}"] if done.returncode else [])
+        [f"engine alone: exit {proc.returncode}"] if proc.returncode else [])
 
 
 def main(argv: list[str] | None = None) -> int:

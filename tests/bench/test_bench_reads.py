@@ -39,11 +39,34 @@ async def test_pushed_reads_hand_out_every_entry_once_in_order_and_repair_gaps(r
         await bus.add(w, streams[0], b"not pushed")  # a writer that does not push: the next push shows the gap
         await w.execute_command("EVALSHA", sha, 1, streams[0], b"pushed 4")
         await w.execute_command("EVALSHA", sha, 1, streams[1], b"pushed 5")
-        await asyncio.wait_for(read_until(9), 10)
+        await asyncio.wait_for(read_until(10), 10)
         assert seen[streams[0]] == [b"before", b"pushed 0", b"pushed 1", b"pushed 2", b"pushed 3", b"not pushed",
                                     b"pushed 4"]
         assert seen[streams[1]] == [b"before", b"pushed 5"] and seen[streams[2]] == [b"before"]
         assert await reader.read(dict(cursors), 64, 50) == []  # nothing twice
+    finally:
+        await reader.aclose()
+        await r.aclose()
+        await w.aclose()
+
+
+async def test_a_gap_longer_than_a_read_is_read_to_its_end(redis_url: str) -> None:
+    """More entries before the subscription than a read returns: the stream stays broken until its repair
+    reads come back short, with no push to show the gap again."""
+    r, w = bus.connect(redis_url), bus.connect(redis_url)
+    stream = keys.events("pushed-long")
+    for i in range(5):
+        await bus.add(w, stream, f"before {i}".encode())
+    reader = PushedReads(r)
+    await reader.open([stream])
+    cursor, seen = "0-0", []
+    try:
+        for _ in range(4):
+            for _, rows in await reader.read({stream: cursor}, 2, 50):
+                seen += [fields[bus.FIELD] for _, fields in rows]
+                last = rows[-1][0]
+                cursor = last.decode() if isinstance(last, bytes) else last
+        assert seen == [f"before {i}".encode() for i in range(5)]
     finally:
         await reader.aclose()
         await r.aclose()

@@ -59,6 +59,7 @@ def test_the_engine_client_alone_runs_the_serve_requests_and_reports_its_cpu() -
     import subprocess
     import sys
 
+    from bench import engine_alone
     from bench.common import REPO
     from runtime.config import DEFAULT_MODEL_DIR
 
@@ -66,6 +67,7 @@ def test_the_engine_client_alone_runs_the_serve_requests_and_reports_its_cpu() -
                            "--concurrency", "2", "--one-token", "4", "--requests", "4", "--max-tokens", "8",
                            "--vllm-args", EAGER], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = engine_alone.result_of(done.stdout)
+    assert result is not None, done.stdout[-3000:]
     assert result["problems"] == [] and result["one_token_requests"] == 4 and result["requests"] == 4
     assert 1 < result["tokens_per_request"] <= 8 and result["cpu_ms_per_request"] > 0 and result["cpu_us_per_token"] > 0
