@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -46,7 +47,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                    "model": args.model}
     llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
     tokenizer = llm.get_tokenizer()
-    runs = iter(range(10**9))
+    runs = itertools.count()
 
     async def one(i: int, max_tokens: int) -> int:
         text = tokenizer.apply_chat_template([{"role": "user", "content": serve_prompt(i)}], add_generation_prompt=True,

@@ -37,7 +37,9 @@ from typing import Any
 import redis
 
 from bench.common import markdown_table, percentile, progress, save_figure, verdict, write_results
+from gateway.frames import stream_pos
 from runtime import bus
+from runtime.tracked_reads import entry_rows
 from schemas import keys
 from turnstream.embedded import EmbeddedRedis
 from turnstream.embedded_cluster import EmbeddedCluster
@@ -67,11 +69,6 @@ async def _write(r: Any, streams: list[str], n: int, rate: float, pushed: bool =
         else:
             await r.execute_command("EVALSHA", sha, 1, stream, data)
         await asyncio.sleep(1 / rate)
-
-
-def _pos(entry_id: bytes | str) -> tuple[int, int]:
-    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
-    return int(ms), int(seq or 0)
 
 
 class PushedReads:
@@ -124,7 +121,7 @@ class PushedReads:
             if stream in self.broken or stream not in after:
                 continue  # its repair reads them; not followed now
             for before, entry_id, data in pushes:
-                if _pos(entry_id) <= _pos(after[stream]):
+                if stream_pos(entry_id.decode()) <= stream_pos(after[stream]):
                     continue  # read already
                 if before.decode() != after[stream]:
                     self.broken.add(stream)
@@ -138,8 +135,7 @@ class PushedReads:
                 stream = name.decode()
                 if len(rows) >= count:
                     self.broken.add(stream)
-                got.setdefault(stream, []).extend(
-                    (eid, dict(zip(flat[::2], flat[1::2], strict=True))) for eid, flat in rows)
+                got.setdefault(stream, []).extend(entry_rows(rows))
         return list(got.items())
 
     async def aclose(self) -> None:

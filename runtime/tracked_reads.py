@@ -68,7 +68,7 @@ def _only(reply: Any) -> list[Any]:
     return reply[0][1] if reply else []
 
 
-def _rows(entries: Any) -> Rows:
+def entry_rows(entries: Any) -> Rows:
     """Entries as the server sent them, each one's fields as a dict."""
     return [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
             for eid, flat in entries]
@@ -176,7 +176,7 @@ class TrackedReads(abc.ABC):
     def _took(self, stream: str, entries: Any, count: int) -> Rows:
         """``stream``'s entries a read returned; its cursor is then the last one's id, and it stays dirty
         when the read returned ``count`` (there may be more)."""
-        rows = _rows(entries)
+        rows = entry_rows(entries)
         if len(rows) >= count:
             self._dirty.add(stream)
         if rows:
