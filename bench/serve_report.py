@@ -50,6 +50,16 @@ API_SERVER = "vllm api server"  # what surrounds the same engine in vLLM's own s
 SPLIT_NAMES = {REFERENCE: "vLLM's API server", "turnstream-native": "the pipeline (its decoder runs the model)"}
 
 
+def pipeline_parts(by_process: dict[str, float]) -> tuple[str, ...]:
+    """``PIPELINE``'s processes in a run: no gateway process where the decoder's process serves the gateway
+    (``gateway_in_decoder``; ``turnstream up`` does so on vLLM's engine)."""
+    return tuple(k for k in PIPELINE if k != "gateway" or k in by_process)
+
+
+def _shown(label: str, parts: tuple[str, ...]) -> str:
+    return "worker decode (with the gateway)" if label == "worker decode" and "gateway" not in parts else label
+
+
 def pipeline_line(summary: Summary, top: int) -> str:
     """The pipeline's CPU per token around vLLM's engine (decode shell, gateway, parser, Valkey)
     against vLLM's API server's, at ``top`` in flight, and whether it is within it; "" when the run
@@ -58,10 +68,11 @@ def pipeline_line(summary: Summary, top: int) -> str:
     if ours is None or ref is None:
         return ""
     mine, theirs = ours["cpu_ms_per_token_by_process"], ref["cpu_ms_per_token_by_process"]
-    parts = {k: 1e3 * mine.get(k, 0.0) for k in PIPELINE}
+    names = pipeline_parts(mine)
+    parts = {k: 1e3 * mine.get(k, 0.0) for k in names}
     total, api = sum(parts.values()), 1e3 * theirs.get(API_SERVER, 0.0)
     return (f"Pipeline CPU per token at {top}: turnstream-vllm {total:.0f} µs ("
-            + ", ".join(f"{k} {v:.0f}" for k, v in parts.items())
+            + ", ".join(f"{_shown(k, names)} {v:.0f}" for k, v in parts.items())
             + f") against vLLM's API server {api:.0f} µs: goal {'met' if total <= api else 'MISSED'}")
 
 
@@ -78,11 +89,11 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
         if main is None or not one.get("requests") or main["tokens"] <= main["requests"]:
             continue  # nothing measured, or no further tokens to set apart
         tokens = main["tokens"] / main["requests"]  # a measured request's tokens, on average
-        labels = (API_SERVER,) if name == REFERENCE else PIPELINE
+        labels = (API_SERVER,) if name == REFERENCE else pipeline_parts(main["cpu_ms_per_token_by_process"])
         fixed = {k: one["cpu_ms_per_request_by_process"].get(k, 0.0) for k in labels}
         extra = {k: 1e3 * (main["cpu_ms_per_token_by_process"].get(k, 0.0) * tokens - fixed[k]) / max(tokens - 1, 1)
                  for k in labels}
-        parts = ", ".join(f"{k} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
+        parts = ", ".join(f"{_shown(k, labels)} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
         sides[name] = (sum(fixed.values()), sum(extra.values()), fixed.get("worker decode", 0.0),
                        extra.get("worker decode", 0.0))
         what = SPLIT_NAMES.get(name, "the pipeline")

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
@@ -116,7 +117,14 @@ async def _sync_metrics(metrics: Metrics, relay: Relay, every_s: float = 2.0) ->
 
 
 def serve(cfg: Config) -> None:
-    """Run the gateway under uvicorn until SIGINT/SIGTERM.
+    """Run the gateway under uvicorn until SIGINT/SIGTERM (``server``)."""
+    aio.tune_gc(cfg.gc_young)
+    server(cfg).run(sockets=sockets(cfg))
+
+
+def server(cfg: Config, loop: str | None = None) -> Any:
+    """The gateway's uvicorn server for ``cfg``, on ``loop`` (uvicorn's name; ``"none"``: the running one, for a
+    process that serves the gateway beside other work).  Its ``serve()`` (or ``run()``) lasts until SIGINT/SIGTERM.
 
     On the signal every relayed stream is ended first (WebSocket close 1012, SSE end, a
     chat completion in flight gets an error), so open connections close and the process exits
@@ -125,11 +133,11 @@ def serve(cfg: Config) -> None:
     import uvicorn
 
     app = create_app(cfg)
-    server = uvicorn.Server(uvicorn.Config(
+    srv = uvicorn.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level=cfg.log_level.lower(), log_config=None, ws="websockets-sansio",
-        loop=_loop(cfg), ws_max_size=cfg.max_request_bytes, ws_per_message_deflate=cfg.ws_compression == "deflate",
-        timeout_graceful_shutdown=5))
-    uvicorn_exit = server.handle_exit
+        loop=loop or _loop(cfg), ws_max_size=cfg.max_request_bytes,
+        ws_per_message_deflate=cfg.ws_compression == "deflate", timeout_graceful_shutdown=5))
+    uvicorn_exit = srv.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:
         uvicorn_exit(sig, frame)  # type: ignore[arg-type]
@@ -137,9 +145,13 @@ def serve(cfg: Config) -> None:
         if state is not None:
             state.relay.drain_threadsafe()
 
-    server.handle_exit = handle_exit  # type: ignore[method-assign]
-    aio.tune_gc(cfg.gc_young)
-    server.run(sockets=[shared_socket(cfg.host, cfg.port)] if cfg.reuse_port == "on" else None)
+    srv.handle_exit = handle_exit  # type: ignore[method-assign]
+    return srv
+
+
+def sockets(cfg: Config) -> list[socket.socket] | None:
+    """The sockets the gateway serves on: one shared with other processes (``reuse_port``), else uvicorn's own."""
+    return [shared_socket(cfg.host, cfg.port)] if cfg.reuse_port == "on" else None
 
 
 def shared_socket(host: str, port: int) -> socket.socket:

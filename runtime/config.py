@@ -124,6 +124,12 @@ class Config:
     gateway_processes: str = opt("auto", "gateway processes serving the port together (SO_REUSEPORT, as vLLM's "
                                  "--api-server-count): a number, or auto: one per 8 usable CPU cores, 1 to 4 "
                                  "(docs/operations.md)", "gateway")
+    gateway_in_decoder: str = opt("auto", "on: the decode worker serves the gateway too, in its process and event loop "
+                                  "(as vLLM's API server hosts its engine client: less CPU a token; its HTTP "
+                                  "connections end with it); auto: turnstream up does so on vLLM's engine when it starts "
+                                  "one decoder and one gateway process; off: separate processes "
+                                  "(docs/architecture.md)",
+                                  "gateway", "decode")
     reuse_port: str = opt("off", "on: bind the port with SO_REUSEPORT, so that several gateway processes share it "
                           "(set for the processes gateway_processes starts; set it to run them under a process "
                           "manager of your own)", "gateway")
@@ -174,7 +180,7 @@ _CHOICES = {"engine": {"replay", "native", "vllm"}, "dispatch": {"on_close", "af
             "kv_routing": {"prefix", "off"}, "reasoning": {"", "think", "think_forced", "auto"},
             "log_level": {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}, "log_format": {"text", "json"},
             "replay_mode": {"per_session", "batched"}, "loop": {"uvloop", "asyncio"}, "ws_compression": {"off", "deflate"},
-            "reuse_port": {"on", "off"},
+            "reuse_port": {"on", "off"}, "gateway_in_decoder": {"auto", "on", "off"},
             "grammar_auto": {"on", "off"}, "grammar_plain": {"on", "off"},
             "plain_turns": {"decoder", "parser"}}
 _POSITIVE = ("coalesce_tokens", "heartbeat_ms", "heartbeat_ttl_ms", "max_turns", "tool_max_jobs", "port",

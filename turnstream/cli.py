@@ -118,7 +118,13 @@ async def _worker(kind: str, cfg: Config) -> None:
         if kind == "decode":
             from workers.decode.worker import DecodeWorker
 
-            await _until_signalled(DecodeWorker(cfg, build_engine(cfg), r).run)
+            worker = DecodeWorker(cfg, build_engine(cfg), r)
+            if cfg.gateway_in_decoder == "on":
+                from turnstream.colocated import serve_with_gateway
+
+                await serve_with_gateway(cfg, worker.run)
+            else:
+                await _until_signalled(worker.run)
         elif kind == "parser":
             from runtime.tool_catalog import ToolCatalog
             from runtime.tool_queue import Dispatcher, arq_pool

@@ -2,7 +2,9 @@
 
 Starts the embedded Redis-compatible server (unless ``redis_url`` is set), one process per
 worker kind and the gateway; Ctrl-C (or the end of the demo) stops them all, children
-first, then the server.  Children also die with us (parent-death signal).
+first, then the server.  Children also die with us (parent-death signal).  On vLLM's engine, with one
+decoder and one gateway process, the decoder's process serves the gateway too (``gateway_in_decoder``,
+``colocate``; ``turnstream.colocated``), and says so.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -21,6 +24,10 @@ from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.gateways import resolve as resolve_gateways
 from turnstream.processes import spawn, stop_all
+
+
+class StackError(ValueError):
+    """A configuration ``up`` cannot start (said before anything starts)."""
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
 
@@ -78,8 +85,35 @@ def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
         r.close()
 
 
+def colocate(cfg: Config, kinds: list[str], gateways: int) -> tuple[bool, str]:
+    """Whether the decoder's process serves the gateway (``gateway_in_decoder``), and why; ``StackError``
+    when asked for where it cannot be: the gateway of several processes, or not exactly one decoder.  ``auto``
+    does so on vLLM's engine, whose model runs in its engine-core process (the decoder's own is then Python I/O,
+    like the gateway's), never on the native engine, whose steps would hold the gateway up."""
+    decoders = kinds.count("decode")
+    if cfg.gateway_in_decoder == "off":
+        return False, "gateway_in_decoder off"
+    if cfg.gateway_in_decoder == "on":
+        if gateways != 1 or decoders != 1:
+            raise StackError(f"gateway_in_decoder on needs one gateway process and one decoder (here {gateways} and "
+                             f"{decoders})")
+        return True, "gateway_in_decoder on"
+    if cfg.engine != "vllm":  # the native engine computes in the decoder's process: the gateway would wait on it
+        return False, f"auto: the {cfg.engine} engine runs its model in the decoder's process"
+    if gateways == 1 and decoders == 1:
+        return True, "auto: vLLM's engine, one decoder, one gateway process"
+    return False, f"auto: {decoders} decoders, {gateways} gateway processes"
+
+
 def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None,
               ready_timeout_s: float = 120.0) -> int:
+    gateways, why = resolve_gateways(cfg)
+    try:
+        fused, fused_why = colocate(cfg, kinds, gateways)
+    except StackError as exc:
+        print(f"turnstream: configuration error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    cfg = cfg.replace(gateway_processes=str(gateways), gateway_in_decoder="on" if fused else "off")
     server = None
     if not cfg.redis_url:  # not on the gateway's port, which its caller may have just found free too
         server = EmbeddedRedis(port=free_port(avoid={cfg.port}), data_dir=data_dir,
@@ -88,16 +122,18 @@ def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str |
     if demo:
         cfg = cfg.replace(port=free_port(avoid={server.port} if server else set()))
     url = f"http://{cfg.host}:{cfg.port}"
-    gateways, why = resolve_gateways(cfg)
-    cfg = cfg.replace(gateway_processes=str(gateways))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     procs: list[subprocess.Popen] = []
     interrupted = False
     try:
         print(f"turnstream: starting redis={cfg.redis_url} gateway={url} workers={','.join(kinds)}", flush=True)
-        print(f"turnstream: {gateways} gateway process{'es' if gateways > 1 else ''} on port {cfg.port} ({why}; "
-              "--gateway-processes N to choose)", flush=True)
-        procs = [p for _, p in start_processes(cfg, [*kinds, "gateway"], ready_timeout_s, gateways)]
+        if fused:
+            print(f"turnstream: the gateway on port {cfg.port} runs in the decoder's process ({fused_why}; "
+                  "--gateway-in-decoder off for a process of its own)", flush=True)
+        else:
+            print(f"turnstream: {gateways} gateway process{'es' if gateways > 1 else ''} on port {cfg.port} ({why}; "
+                  "--gateway-processes N to choose)", flush=True)
+        procs = [p for _, p in start_processes(cfg, kinds if fused else [*kinds, "gateway"], ready_timeout_s, gateways)]
         print(f"turnstream: up. Try:  turnstream chat --url {url} \"{DEMO_MESSAGE}\"", flush=True)
         if demo:
             from turnstream.chat import chat

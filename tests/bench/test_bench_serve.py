@@ -41,6 +41,11 @@ def test_serve_goals_compare_against_vllms_own_server() -> None:
             "valkey-server 0) against vLLM's API server 900 µs: goal MISSED")
     assert line in serve_report.table(summary, [1, 32], met)
     assert serve_report.pipeline_line({"turnstream-vllm": summary["turnstream-vllm"]}, 32) == ""
+    colocated = {**summary, "turnstream-vllm": {32: {**summary["turnstream-vllm"][32],
+                                                      "cpu_ms_per_token_by_process": {"worker decode": 0.85}}}}
+    assert serve_report.pipeline_line(colocated, 32) == (  # the gateway in the decoder's process: no gateway part
+        "Pipeline CPU per token at 32: turnstream-vllm 850 µs (worker decode (with the gateway) 850, worker parser 0, "
+        "valkey-server 0) against vLLM's API server 900 µs: goal met")
     assert "SSE frames a request" not in serve_report.table(summary, [1, 32], met)  # a summary without them
     summary["vllm-server"][32].update(frames_per_request=38.0, tokens=576, requests=16)
     summary["turnstream-vllm"][32].update(frames_per_request=7.5, tokens=576, requests=16)
