@@ -113,7 +113,9 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
             above.append(f"vLLM's API server {sides[REFERENCE][0] - ms:.2f} ms + {sides[REFERENCE][1] - us:.0f} µs")
         if "turnstream-vllm" in sides:
             fixed, extra, dec_fixed, dec_extra = sides["turnstream-vllm"]
-            above.append(f"turnstream-vllm's pipeline {fixed - ms:.2f} ms + {extra - us:.0f} µs (its decoder "
+            its = "its decoder with the gateway" if "gateway" not in split["turnstream-vllm"].get(
+                "cpu_ms_per_request_by_process", {"gateway": 0}) else "its decoder"
+            above.append(f"turnstream-vllm's pipeline {fixed - ms:.2f} ms + {extra - us:.0f} µs ({its} "
                          f"{dec_fixed - ms:.2f} ms + {dec_extra - us:.0f} µs)")
         if above:
             lines.append("  - beyond it, per request and further token: " + "; ".join(above))

@@ -127,9 +127,9 @@ class Config:
     gateway_in_decoder: str = opt("auto", "on: the decode worker serves the gateway too, in its process and event loop "
                                   "(as vLLM's API server hosts its engine client: less CPU a token; its HTTP "
                                   "connections end with it); auto: turnstream up does so on vLLM's engine when it starts "
-                                  "one decoder and one gateway process; off: separate processes "
-                                  "(docs/architecture.md)",
-                                  "gateway", "decode")
+                                  "one decoder and one gateway process on fewer than 8 usable CPU cores; off: "
+                                  "separate processes "
+                                  "(docs/architecture.md)", "decode")
     reuse_port: str = opt("off", "on: bind the port with SO_REUSEPORT, so that several gateway processes share it "
                           "(set for the processes gateway_processes starts; set it to run them under a process "
                           "manager of your own)", "gateway")

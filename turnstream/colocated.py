@@ -10,9 +10,11 @@ follows it, one interpreter's housekeeping, one set of context switches (``bench
 pipeline CPU a token through vLLM's engine on 2 cores).  What it costs: the gateway and the decoder share
 one core (the GIL), so this suits one decoder behind one gateway process (``turnstream up`` chooses it then,
 ``auto``); and a decoder that dies takes the gateway's HTTP connections with it, as vLLM's server does
-(clients resume their streams once it is back, or on another gateway).
+(clients resume their streams once it runs again: ``turnstream up`` does not restart it, as it restarts
+no process of its own).
 
-SIGINT/SIGTERM stop the gateway first (its streams end, as ``gateway.app.server`` says), then the decoder; a
+SIGINT/SIGTERM stop the gateway first (its streams end, as ``gateway.app.server`` says; uvicorn's own handlers
+while it serves, this loop's before and after), then the decoder (its heartbeat removed, its engine stopped); a
 decoder that ends on its own (its engine failed to start) stops the gateway, and the process exits with its
 error.
 """
@@ -34,15 +36,20 @@ async def serve_with_gateway(cfg: Config, run_worker: Callable[[asyncio.Event], 
     from gateway.app import server, sockets
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn takes them while it serves, then raises them again here
-        loop.add_signal_handler(sig, stop.set)
     gateway = server(cfg, loop="none")
+
+    def stop_gateway() -> None:  # uvicorn's handlers may have taken the signal already (the same one comes here too)
+        if not gateway.should_exit:
+            gateway.handle_exit(signal.SIGTERM, None)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn raises a signal it took again once it served: it ends here
+        loop.add_signal_handler(sig, stop_gateway)
     worker = asyncio.create_task(run_worker(stop), name="decode-worker")
     worker.add_done_callback(lambda _: setattr(gateway, "should_exit", True))
     log.info("gateway on %s:%d served from this decode worker's process (gateway_in_decoder)", cfg.host, cfg.port)
     try:
         await gateway.serve(sockets=sockets(cfg))
     finally:
-        stop.set()
+        stop.set()  # the gateway is done: now the decoder
         await worker

@@ -16,34 +16,39 @@ import anthropic
 import httpx
 import openai
 import pytest
+import redis
 
 from runtime.config import ConfigError, load_config
 from turnstream.colocated import serve_with_gateway
 from turnstream.embedded import free_port
+from schemas import keys
 from turnstream.stack import StackError, colocate
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("mode, engine, kinds, gateways, fused, why", [
-    ("auto", "vllm", ["decode", "parser", "tools"], 1, True, "auto: vLLM's engine, one decoder, one gateway process"),
-    ("auto", "vllm", ["decode", "parser", "tools"], 2, False, "auto: 1 decoders, 2 gateway processes"),
-    ("auto", "vllm", ["decode", "decode", "parser"], 1, False, "auto: 2 decoders, 1 gateway processes"),
-    ("auto", "vllm", ["parser", "tools"], 1, False, "auto: 0 decoders, 1 gateway processes"),
-    ("auto", "native", ["decode", "parser", "tools"], 1, False,
+@pytest.mark.parametrize("mode, engine, kinds, gateways, cores, fused, why", [
+    ("auto", "vllm", ["decode", "parser", "tools"], 1, 2, True,
+     "auto: vLLM's engine, one decoder, one gateway process, 2 usable CPU cores"),
+    ("auto", "vllm", ["decode", "parser", "tools"], 1, 8, False, "auto: 8 usable CPU cores, a core each"),
+    ("auto", "vllm", ["decode", "parser", "tools"], 2, 2, False, "auto: 1 decoders, 2 gateway processes"),
+    ("auto", "vllm", ["decode", "decode", "parser"], 1, 2, False, "auto: 2 decoders, 1 gateway processes"),
+    ("auto", "vllm", ["parser", "tools"], 1, 2, False, "auto: 0 decoders, 1 gateway processes"),
+    ("auto", "native", ["decode", "parser", "tools"], 1, 2, False,
      "auto: the native engine runs its model in the decoder's process"),
-    ("off", "vllm", ["decode", "parser", "tools"], 1, False, "gateway_in_decoder off"),
-    ("on", "native", ["decode", "parser", "tools"], 1, True, "gateway_in_decoder on"),
+    ("off", "vllm", ["decode", "parser", "tools"], 1, 2, False, "gateway_in_decoder off"),
+    ("on", "native", ["decode", "parser", "tools"], 1, 64, True, "gateway_in_decoder on"),
 ])
-def test_up_colocates_vllms_one_decoder_with_one_gateway_process(mode, engine, kinds, gateways, fused, why) -> None:
+def test_up_colocates_vllms_one_decoder_with_one_gateway_process_where_cores_are_scarce(
+        mode, engine, kinds, gateways, cores, fused, why) -> None:
     cfg = load_config(settle=False, gateway_in_decoder=mode, engine=engine)
-    assert colocate(cfg, kinds, gateways) == (fused, why)
+    assert colocate(cfg, kinds, gateways, cores) == (fused, why)
 
 
 @pytest.mark.parametrize("kinds, gateways", [(["decode", "parser"], 2), (["decode", "decode"], 1), (["parser"], 1)])
 def test_on_is_refused_where_it_cannot_be(kinds, gateways) -> None:
     with pytest.raises(StackError, match="needs one gateway process and one decoder"):
-        colocate(load_config(settle=False, gateway_in_decoder="on"), kinds, gateways)
+        colocate(load_config(settle=False, gateway_in_decoder="on"), kinds, gateways, 2)
 
 
 def test_the_setting_is_validated() -> None:
@@ -65,6 +70,13 @@ def _children(pid: int) -> dict[int, str]:
     return kids
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+    except OSError:
+        return True
+
+
 def _up(tmp_path: Path, port: int, *flags: str) -> tuple[subprocess.Popen, Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
     log = tmp_path / "up.log"
@@ -78,9 +90,10 @@ def _up(tmp_path: Path, port: int, *flags: str) -> tuple[subprocess.Popen, Path]
     return up, log
 
 
-def test_up_serves_every_api_from_the_decoders_process_and_stops_whole(tmp_path: Path) -> None:
+def test_up_serves_every_api_from_the_decoders_process_and_stops_whole(tmp_path: Path, redis_url: str) -> None:
     port = free_port()
-    up, log = _up(tmp_path, port, "--gateway-in-decoder", "on")  # the native engine (auto: apart), told
+    up, log = _up(tmp_path, port, "--gateway-in-decoder", "on", "--redis-url", redis_url)  # native (auto: apart), told
+    kids: dict[int, str] = {}
     try:
         kids = _children(up.pid)
         assert sorted(kids.values()) == ["worker decode", "worker parser", "worker tools"], kids
@@ -109,11 +122,16 @@ def test_up_serves_every_api_from_the_decoders_process_and_stops_whole(tmp_path:
         message = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0).messages.create(
             model="tiny-agent", max_tokens=16, messages=[{"role": "user", "content": "Hello!"}])
         assert message.content[0].text
+        assert redis.Redis.from_url(redis_url).keys(keys.DECODER_HEARTBEAT_PATTERN)
     finally:
+        began = time.monotonic()
         up.send_signal(signal.SIGTERM)
         rc = up.wait(60)
     assert rc == 0, log.read_text()
-    assert not _children(up.pid)
+    assert time.monotonic() - began < 9, log.read_text()  # each stopped of itself: none waited for up's SIGKILL
+    assert kids and all(_gone(pid) for pid in kids), log.read_text()
+    r = redis.Redis.from_url(redis_url)
+    assert not r.keys(keys.HEARTBEAT_PATTERN) and not r.hlen(keys.DECODE_LOAD)  # each said it left
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
@@ -159,3 +177,19 @@ async def test_a_worker_that_ends_stops_the_gateway_and_its_error_is_raised(redi
     assert served.is_set()
     with pytest.raises(httpx.HTTPError):  # the gateway is gone with it
         httpx.get(f"http://127.0.0.1:{cfg.port}/healthz", timeout=2)
+
+
+def test_processes_started_beside_a_gateway_process_never_serve_one(monkeypatch) -> None:
+    """``start_processes`` (the benches' stacks, ``up`` apart): a decoder started beside a ``gateway`` entry
+    serves none, whatever ``gateway_in_decoder`` says (every decoder would bind the gateway's port)."""
+    from turnstream import stack
+
+    started: list[tuple[str, str]] = []
+    monkeypatch.setattr(stack, "spawn_kind", lambda kind, cfg: started.append((kind, cfg.gateway_in_decoder)))
+    monkeypatch.setattr(stack, "wait_ready", lambda *a, **kw: None)
+    cfg = load_config(settle=False, gateway_in_decoder="on")
+    stack.start_processes(cfg, ["decode", "decode", "gateway"])
+    assert started == [("decode", "off"), ("decode", "off"), ("gateway", "off")]
+    started.clear()
+    stack.start_processes(cfg, ["decode", "parser"])  # up's own choice, made before (``run_stack``)
+    assert started == [("decode", "on"), ("parser", "on")]
