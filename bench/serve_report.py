@@ -81,7 +81,8 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
     measured run at ``top`` less that, over its other tokens): around vLLM's engine, the API server
     against turnstream's pipeline, process by process; "" without a split."""
     lines: list[str] = []
-    sides: dict[str, tuple[float, float, float, float]] = {}  # name -> ms a request, µs a further token (decoder's)
+    # name -> ms a request, µs a further token, the decoder's two, its pipeline's processes
+    sides: dict[str, tuple[float, float, float, float, tuple[str, ...]]] = {}
     for name, one in split.items():
         if name == ENGINE_ALONE:
             continue
@@ -95,7 +96,7 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
                  for k in labels}
         parts = ", ".join(f"{_shown(k, labels)} {fixed[k]:.2f} ms + {extra[k]:.0f} µs" for k in labels)
         sides[name] = (sum(fixed.values()), sum(extra.values()), fixed.get("worker decode", 0.0),
-                       extra.get("worker decode", 0.0))
+                       extra.get("worker decode", 0.0), labels)
         what = SPLIT_NAMES.get(name, "the pipeline")
         lines.append(f"- {name}: {what} {sum(fixed.values()):.2f} ms a request + {sum(extra.values()):.0f} µs a "
                      f"further token" + (f" ({parts})" if len(labels) > 1 else ""))
@@ -112,9 +113,8 @@ def split_lines(summary: Summary, split: dict[str, dict[str, Any]], top: int) ->
         if REFERENCE in sides:
             above.append(f"vLLM's API server {sides[REFERENCE][0] - ms:.2f} ms + {sides[REFERENCE][1] - us:.0f} µs")
         if "turnstream-vllm" in sides:
-            fixed, extra, dec_fixed, dec_extra = sides["turnstream-vllm"]
-            its = "its decoder with the gateway" if "gateway" not in split["turnstream-vllm"].get(
-                "cpu_ms_per_request_by_process", {"gateway": 0}) else "its decoder"
+            fixed, extra, dec_fixed, dec_extra, labels = sides["turnstream-vllm"]
+            its = "its decoder" + (" with the gateway" if "gateway" not in labels else "")
             above.append(f"turnstream-vllm's pipeline {fixed - ms:.2f} ms + {extra - us:.0f} µs ({its} "
                          f"{dec_fixed - ms:.2f} ms + {dec_extra - us:.0f} µs)")
         if above:

@@ -6,12 +6,12 @@ session and queues its turn, the decoder reads the job, streams the events, and 
 them back.  Nothing is handed over in memory and neither imports the other (this launcher imports both),
 so every delivery property holds as it does across processes.  What one process saves is the second
 process's share of the machine: one event loop wakes for an engine step's output and the relay read that
-follows it, one interpreter's housekeeping, one set of context switches (``bench serve``: ~12 % less
-pipeline CPU a token through vLLM's engine on 2 cores).  What it costs: the gateway and the decoder share
-one core (the GIL), so this suits one decoder behind one gateway process (``turnstream up`` chooses it then,
-``auto``); and a decoder that dies takes the gateway's HTTP connections with it, as vLLM's server does
-(clients resume their streams once it runs again: ``turnstream up`` does not restart it, as it restarts
-no process of its own).
+follows it, one interpreter's housekeeping, one set of context switches (~12 % less pipeline CPU a
+token through vLLM's engine on 2 cores, two stacks alternated: docs/benchmarks.md).  What it costs: the
+gateway and the decoder share one core (the GIL), so this suits one decoder behind one gateway process
+where cores are scarce (``turnstream up`` chooses it then, ``auto``: ``turnstream.stack.colocate``); and a
+decoder that dies takes the gateway's HTTP connections with it, as vLLM's server does (clients resume
+their streams once it runs again: ``turnstream up`` restarts no process of its own).
 
 SIGINT/SIGTERM stop the gateway first (its streams end, as ``gateway.app.server`` says; uvicorn's own handlers
 while it serves, this loop's before and after), then the decoder (its heartbeat removed, its engine stopped); a

@@ -3,7 +3,7 @@
 Starts the embedded Redis-compatible server (unless ``redis_url`` is set), one process per
 worker kind and the gateway; Ctrl-C (or the end of the demo) stops them all, children
 first, then the server.  Children also die with us (parent-death signal).  On vLLM's engine, with one
-decoder and one gateway process, the decoder's process serves the gateway too (``gateway_in_decoder``,
+decoder and one gateway process on fewer than 8 usable cores, the decoder's process serves the gateway too (``gateway_in_decoder``,
 ``colocate``; ``turnstream.colocated``), and says so.
 """
 
@@ -24,10 +24,6 @@ from runtime.config import Config
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.gateways import CORES_PER_PROCESS, resolve as resolve_gateways
 from turnstream.processes import spawn, stop_all
-
-
-class StackError(ValueError):
-    """A configuration ``up`` cannot start (said before anything starts)."""
 
 DEMO_MESSAGE = "What's the weather in Paris today, and can you book a table for 2 at Chez Nous at 19:00?"
 
@@ -85,6 +81,10 @@ def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
             time.sleep(0.1)
     finally:
         r.close()
+
+
+class StackError(ValueError):
+    """A configuration ``up`` cannot start (said before anything starts)."""
 
 
 def colocate(cfg: Config, kinds: list[str], gateways: int, cores: int) -> tuple[bool, str]:

@@ -18,6 +18,7 @@ import openai
 import pytest
 import redis
 
+from bench.servers import process_label
 from runtime.config import ConfigError, load_config
 from turnstream.colocated import serve_with_gateway
 from turnstream.embedded import free_port
@@ -57,17 +58,11 @@ def test_the_setting_is_validated() -> None:
 
 
 def _children(pid: int) -> dict[int, str]:
-    """``pid``'s children: what each runs (``worker decode``, ``gateway``...)."""
+    """``pid``'s turnstream children: what each runs (``worker decode``, ``gateway``...; the embedded server
+    left out)."""
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    kids = {}
-    for child in map(int, out):
-        try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if "turnstream.cli" in argv:
-            kids[child] = " ".join(a for a in argv[argv.index("turnstream.cli") + 1:][:2] if a)
-    return kids
+    labels = {child: process_label(child) for child in map(int, out)}
+    return {child: label for child, label in labels.items() if label == "gateway" or label.startswith("worker ")}
 
 
 def _gone(pid: int) -> bool:
