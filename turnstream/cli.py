@@ -57,6 +57,14 @@ def _config(args: argparse.Namespace, kinds: tuple[str, ...]) -> Config:
     return load_config(settle=False, **{k: v for k, v in given.items() if v is not None})
 
 
+def _check_stack(args: argparse.Namespace, cfg: Config) -> None:
+    """``up``/``demo``: ``StackError`` (a ``ConfigError``) where the stack cannot start, before its model is fetched."""
+    if args.cmd in ("up", "demo"):
+        from turnstream.stack import check
+
+        check(cfg, args.workers.split(","))
+
+
 def _with_model(args: argparse.Namespace, cfg: Config) -> Config:
     """A hub-id model fetched into the hub cache (weights only where this process decodes), then ``auto``
     tool format and reasoning settled from its files and logged with the reason.  ``up`` does both once,
@@ -198,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args, _kinds(args)) if _kinds(args) else load_config(redis_url=getattr(args, "redis_url", None))
         if args.cmd == "demo" and args.log_level is None and f"{ENV_PREFIX}LOG_LEVEL" not in os.environ:
             cfg = cfg.replace(log_level="ERROR")  # the demo's output is the transcript; logs only on errors
-    except ConfigError as exc:
+        _check_stack(args, cfg)
+    except ConfigError as exc:  # a StackError too
         print(f"turnstream: configuration error: {exc}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, cfg.log_format)

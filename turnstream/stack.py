@@ -20,7 +20,7 @@ import httpx
 
 from schemas import keys
 from runtime import cluster, cpu
-from runtime.config import Config
+from runtime.config import Config, ConfigError
 from turnstream.embedded import EmbeddedRedis, free_port
 from turnstream.gateways import CORES_PER_PROCESS, resolve as resolve_gateways
 from turnstream.processes import spawn, stop_all
@@ -83,8 +83,14 @@ def wait_for_decoders(redis_url: str, n: int, timeout_s: float = 120.0) -> None:
         r.close()
 
 
-class StackError(ValueError):
-    """A configuration ``up`` cannot start (said before anything starts)."""
+class StackError(ConfigError):
+    """A configuration ``up`` cannot start (said before anything starts, the model's download included: ``check``)."""
+
+
+def check(cfg: Config, kinds: list[str]) -> None:
+    """``StackError`` where ``up`` cannot start ``kinds`` as ``cfg`` asks (``colocate``'s rule); ``up`` asks before it
+    resolves the model, so nothing is fetched for a stack that cannot start."""
+    colocate(cfg, kinds, resolve_gateways(cfg)[0], cpu.usable_cores())
 
 
 def colocate(cfg: Config, kinds: list[str], gateways: int, cores: int) -> tuple[bool, str]:

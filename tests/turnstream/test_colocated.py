@@ -152,6 +152,26 @@ def test_up_refuses_on_with_several_gateway_processes() -> None:
     assert "starting redis" not in out.stdout  # refused before anything started
 
 
+@pytest.mark.parametrize("flags, here", [(["--gateway-processes", "2"], "(here 2 and 1)"),
+                                         (["--gateway-processes", "1", "--workers", "decode,decode,parser"],
+                                          "(here 1 and 2)")])
+def test_up_refuses_on_before_it_resolves_the_model(monkeypatch, capsys, flags, here) -> None:
+    """A hub model's weights are not fetched for a stack that cannot start."""
+    from runtime import model_source
+    from turnstream import cli
+
+    for var in [v for v in os.environ if v.startswith("TURNSTREAM_")]:
+        monkeypatch.delenv(var)
+
+    def resolve(cfg, weights):
+        raise AssertionError(f"{cfg.model} resolved (weights={weights}) before the stack was refused")
+
+    monkeypatch.setattr(model_source, "resolve", resolve)
+    assert cli.main(["up", "--gateway-in-decoder", "on", "--model", "org/some-model", *flags]) == 2
+    assert ("turnstream: configuration error: gateway_in_decoder on needs one gateway process and one decoder "
+            f"{here}") in capsys.readouterr().err
+
+
 async def test_a_worker_that_ends_stops_the_gateway_and_its_error_is_raised(redis_url: str) -> None:
     cfg = load_config(settle=False, redis_url=redis_url, port=free_port(), gateway_in_decoder="on")
     served = asyncio.Event()
