@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, NoPermissionError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -72,6 +73,21 @@ def entry_rows(entries: Any) -> Rows:
     """Entries as the server sent them, each one's fields as a dict."""
     return [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
             for eid, flat in entries]
+
+
+def _buffered(conn: Any) -> list[Any]:
+    """The replies already read into ``conn``'s hiredis parser, taken without a wait: the invalidations
+    of one write round (a decoder's step, ~S/2 XADDs) arrive together and are handled in one pass and
+    one wake, not one ``read_response`` each.  Empty for a parser without hiredis's buffer."""
+    reader = getattr(getattr(conn, "_parser", None), "_reader", None)
+    if reader is None:
+        return []
+    out = []
+    while (msg := reader.gets()) is not NOT_ENOUGH_DATA:
+        if isinstance(msg, Exception):  # an error reply: raised, as read_response raises it
+            raise msg
+        out.append(msg)
+    return out
 
 
 class NodeLink:
@@ -100,9 +116,16 @@ class NodeLink:
     async def _listen(self) -> None:
         try:
             while True:
-                msg = await self.listener.read_response()
-                if isinstance(msg, list) and len(msg) == 3 and msg[0] == b"message":
-                    self.on_keys(msg[2])  # None: the node was flushed, every key changed
+                msgs = [await self.listener.read_response(), *_buffered(self.listener)]
+                changed: list[bytes] | None = []
+                for msg in msgs:
+                    if isinstance(msg, list) and len(msg) == 3 and msg[0] == b"message":
+                        if msg[2] is None:  # the node was flushed: every key changed
+                            changed = None
+                        elif changed is not None:
+                            changed.extend(msg[2])
+                if changed is None or changed:
+                    self.on_keys(changed)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the connection's outermost loop: report, the owner reconnects

@@ -88,6 +88,32 @@ async def test_a_cursor_moved_back_is_read_again_at_once(r, redis_url) -> None:
     await reader.aclose()
 
 
+async def test_the_changes_of_one_write_round_are_heard_in_one_pass(r, redis_url, monkeypatch) -> None:
+    """A decoder's step writes many streams in one pipeline, and the server sends their invalidations
+    together: the listener takes every one it has read at once and wakes the reader once, not a
+    ``read_response`` and a wake each; every change is still heard."""
+    reader = bus.connect(redis_url)
+    tracked = ServerTrackedReads(reader)
+    heard: list[list[bytes] | None] = []
+    on_keys = tracked._on_keys
+    monkeypatch.setattr(tracked, "_on_keys", lambda changed: (heard.append(changed), on_keys(changed)))
+    streams = {f"s:{i}": "0-0" for i in range(50)}
+    assert await tracked.read(streams, 16, 1000) == []  # arms every stream (the link takes the recorder)
+    async with r.pipeline(transaction=False) as pipe:
+        for i in range(50):
+            pipe.xadd(f"s:{i}", {"d": b"x"})
+        await pipe.execute()
+    got: dict[str, int] = {}
+    while len(got) < 50:
+        for stream, rows in await asyncio.wait_for(tracked.read(streams, 16, 1000), 2.0):
+            got[stream] = got.get(stream, 0) + len(rows)
+    assert got == {s: 1 for s in streams}
+    assert sorted(k for keys in heard for k in keys or []) == sorted(s.encode() for s in streams)
+    assert len(heard) < 10  # one per socket read, not 50
+    await tracked.aclose()
+    await reader.aclose()
+
+
 async def test_a_lost_listener_loses_no_entry(r, redis_url) -> None:
     reader = bus.connect(redis_url)
     shared = bus.WakeableRead(reader, r, "s:wake", block_ms=5000)
