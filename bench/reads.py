@@ -1,7 +1,8 @@
 """``turnstream bench reads``: how a reader of many sessions' event streams wakes, on one server
 and on a 3-master cluster, side by side.
 
-A writer XADDs to S streams (random ones, ``--rate`` entries/s in all); one reader follows them all
+A writer XADDs to S streams (random ones, ``--rate`` entries/s in all; ``--burst`` at a time, to as many
+streams, in one pipeline, as a decoder's step writes its sessions' chunks); one reader follows them all
 from their cursors.  For every entry: receive time - write time.  Also: the connections the reader
 holds, its CPU time and the server's (summed over a cluster's masters; the writer's commands
 included, the same on every design).  The designs:
@@ -59,16 +60,30 @@ return id
 """
 
 
-async def _write(r: Any, streams: list[str], n: int, rate: float, pushed: bool = False) -> None:
+async def _write(r: Any, streams: list[str], n: int, rate: float, pushed: bool = False, burst: int = 1) -> None:
+    """``n`` entries at ``rate`` a second: one at a time to random streams, or ``burst`` at a time to as many
+    distinct ones in one pipeline, as a decoder's step writes its sessions' chunks."""
     rng = random.Random(1)
     sha = await r.script_load(PUSH) if pushed else None
-    for i in range(n):
-        stream, data = rng.choice(streams), repr(time.time()).encode()
-        if sha is None:
-            await bus.add(r, stream, data)
+    done = 0
+    while done < n:
+        k = min(burst, n - done, len(streams))
+        picks = [rng.choice(streams)] if k == 1 else rng.sample(streams, k)
+        data = repr(time.time()).encode()
+        if k == 1 and sha is None:
+            await bus.add(r, picks[0], data)
+        elif k == 1:
+            await r.execute_command("EVALSHA", sha, 1, picks[0], data)
         else:
-            await r.execute_command("EVALSHA", sha, 1, stream, data)
-        await asyncio.sleep(1 / rate)
+            async with r.pipeline(transaction=False) as pipe:
+                for stream in picks:
+                    if sha is None:
+                        bus.add_to(pipe, stream, data)
+                    else:
+                        pipe.execute_command("EVALSHA", sha, 1, stream, data)
+                await pipe.execute()
+        done += k
+        await asyncio.sleep(k / rate)
 
 
 class PushedReads:
@@ -187,7 +202,8 @@ def _server_cpu(urls: list[str]) -> float:
     return total
 
 
-async def run(design: str, url: str, sessions: int, n: int, rate: float, servers: list[str]) -> dict[str, Any]:
+async def run(design: str, url: str, sessions: int, n: int, rate: float, servers: list[str],
+              burst: int = 1) -> dict[str, Any]:
     r, w = bus.connect(url), bus.connect(url)
     streams = [keys.events(f"{design}-{i}") for i in range(sessions)]  # fresh streams for each design
     for s in streams:
@@ -201,7 +217,7 @@ async def run(design: str, url: str, sessions: int, n: int, rate: float, servers
         reader = bus.many_reader(r, tracked=design != "server")
     cpu0, server0, t0 = _cpu(), _server_cpu(servers), time.monotonic()
     follow = _per_slot(r, streams, n + sessions, lat) if reader is None else _many(reader, streams, n + sessions, lat)
-    await asyncio.gather(follow, _write(w, streams, n, rate, pushed=design == "server-pushed"))
+    await asyncio.gather(follow, _write(w, streams, n, rate, pushed=design == "server-pushed", burst=burst))
     wall, cpu, server_cpu = time.monotonic() - t0, _cpu() - cpu0, _server_cpu(servers) - server0
     conns = sessions if reader is None else reader.connections  # per-slot: one blocked connection per stream
     if reader is not None:
@@ -220,16 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=300, help="streams the reader follows")
     ap.add_argument("--entries", type=int, default=3000)
     ap.add_argument("--rate", type=float, default=500.0, help="entries per second, all streams together")
+    ap.add_argument("--burst", type=int, default=1, help="entries written together, to as many streams, in one "
+                                                         "pipeline (a decoder's step writes about S/2)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.burst < 1:
+        ap.error("--burst must be at least 1")
     rows = []
     with EmbeddedRedis() as server, EmbeddedCluster(3, replicas=0) as c:
         masters = [node.url for node in c.nodes[: c.n_masters]]
         for design, url, servers in (("server", server.url, [server.url]), ("server-tracked", server.url, [server.url]),
                                      ("server-pushed", server.url, [server.url]),
                                      ("tracked", c.url, masters), ("per-slot", c.url, masters)):
-            progress(f"reads: {design}, {args.sessions} streams, {args.entries} entries at {args.rate:g}/s")
-            rows.append(asyncio.run(run(design, url, args.sessions, args.entries, args.rate, servers)))
+            progress(f"reads: {design}, {args.sessions} streams, {args.entries} entries at {args.rate:g}/s"
+                     + (f", {args.burst} at a time" if args.burst > 1 else ""))
+            rows.append(asyncio.run(run(design, url, args.sessions, args.entries, args.rate, servers, args.burst)))
             progress(f"  {rows[-1]}")
     table = markdown_table(["design", "streams", "entries", "p50 ms", "p99 ms", "max ms", "reader connections",
                             "bench process CPU %", "server CPU %", "bench process µs/entry", "server µs/entry"],
