@@ -176,8 +176,9 @@ async def run_sessions(url: str, sessions: int, tokens: int, ramp_s: float, tok:
     body = {"messages": [{"role": "user", "content": "go"}], "replay": replay, "max_tokens": 4 * tokens + 64}  # + the call
     expected, tally = Expected(body_text, tok), Tally()
     # Each session has its own HTTP client, as separate agents do, but they share one TLS context: httpx
-    # builds one per client otherwise, even for http:// (~27 ms of this process's CPU each, which at S =
-    # 1,000 over a 2 s ramp saturated the cores the pipeline shares); 0.5 ms a client with it shared.
+    # builds one per client otherwise, even for http:// (~27 ms of this process's CPU each, synchronously:
+    # at S = 1,000 it blocked this client's event loop for seconds within the 2 s ramp, which delayed the
+    # frames it timed and inflated the p99 it measures); 0.5 ms a client with it shared.
     tls = ssl.create_default_context()
 
     async def delayed(i: int) -> None:

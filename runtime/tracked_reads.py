@@ -77,8 +77,9 @@ def entry_rows(entries: Any) -> Rows:
 
 def _buffered(conn: Any) -> list[Any]:
     """The replies already read into ``conn``'s hiredis parser, taken without a wait: the invalidations
-    of one write round (a decoder's step, ~S/2 XADDs) arrive together and are handled in one pass and
-    one wake, not one ``read_response`` each.  Empty for a parser without hiredis's buffer."""
+    of one write round (a decoder's step, ~S/2 XADDs) arrive together and are handled in one pass (one
+    ``on_keys``), not a ``read_response`` and an ``on_keys`` each.  Empty for a parser without hiredis's
+    buffer."""
     reader = getattr(getattr(conn, "_parser", None), "_reader", None)
     if reader is None:
         return []

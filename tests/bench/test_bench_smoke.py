@@ -26,7 +26,7 @@ SMOKE = {
     "overlap": ["--rate", "200", "--calls", "2", "--tool-seconds", "0.3", "--decode-seconds", "0.6",
                 "--sessions", "1"],
     "load": ["--sessions", "3", "--tokens", "10", "--rate", "100", "--ramp", "0.1"],
-    "reads": ["--sessions", "10", "--entries", "40", "--rate", "200", "--burst", "4"],
+    "reads": ["--sessions", "10", "--entries", "40", "--rate", "200", "--burst", "3"],
     "grammar": ["--cases", "20", "--max-tokens", "48", "--heldout-scale", "0.05"],
     "grammar_libs": ["--batches", "1,2", "--large-vocab", "4000", "--repeats", "1"],
     "routing": ["--decoders", "1", "--conversations", "2", "--turns", "2", "--concurrency", "2", "--rounds", "1",
