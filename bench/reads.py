@@ -65,22 +65,22 @@ async def _write(r: Any, streams: list[str], n: int, rate: float, pushed: bool =
     distinct ones in one pipeline, as a decoder's step writes its sessions' chunks."""
     rng = random.Random(1)
     sha = await r.script_load(PUSH) if pushed else None
+
+    def write(target: Any, stream: str, data: bytes) -> Any:  # on the client: a coroutine; on a pipeline: queued
+        return bus.add_to(target, stream, data) if sha is None else target.execute_command("EVALSHA", sha, 1,
+                                                                                           stream, data)
+
     done = 0
     while done < n:
         k = min(burst, n - done, len(streams))
         picks = [rng.choice(streams)] if k == 1 else rng.sample(streams, k)
         data = repr(time.time()).encode()
-        if k == 1 and sha is None:
-            await bus.add(r, picks[0], data)
-        elif k == 1:
-            await r.execute_command("EVALSHA", sha, 1, picks[0], data)
+        if k == 1:
+            await write(r, picks[0], data)
         else:
             async with r.pipeline(transaction=False) as pipe:
                 for stream in picks:
-                    if sha is None:
-                        bus.add_to(pipe, stream, data)
-                    else:
-                        pipe.execute_command("EVALSHA", sha, 1, stream, data)
+                    write(pipe, stream, data)
                 await pipe.execute()
         done += k
         await asyncio.sleep(k / rate)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -121,11 +120,7 @@ def colocate(cfg: Config, kinds: list[str], gateways: int, cores: int) -> tuple[
 def run_stack(cfg: Config, kinds: list[str], demo: bool = False, data_dir: str | None = None,
               ready_timeout_s: float = 120.0) -> int:
     gateways, why = resolve_gateways(cfg)
-    try:
-        fused, fused_why = colocate(cfg, kinds, gateways, cpu.usable_cores())
-    except StackError as exc:
-        print(f"turnstream: configuration error: {exc}", file=sys.stderr, flush=True)
-        return 2
+    fused, fused_why = colocate(cfg, kinds, gateways, cpu.usable_cores())  # refusals came earlier: ``check``
     cfg = cfg.replace(gateway_processes=str(gateways), gateway_in_decoder="on" if fused else "off")
     server = None
     if not cfg.redis_url:  # not on the gateway's port, which its caller may have just found free too
