@@ -79,10 +79,11 @@ class Config:
     grammar_plain: str = opt("off", "requests without tools: on holds their text to no call markup (the model cannot "
                              "start a call); off decodes them freely, as other servers do (the parser returns "
                              "their text as content either way)", "decode")
-    plain_turns: str = opt("decoder", "a turn that cannot call a tool and whose text is all content (no tools, no "
-                           "reasoning parser, not harmony): decoder publishes its content events and ends it itself "
-                           "(no parser hop per token); parser sends it through a parser like every other turn",
-                           "decode")
+    plain_turns: str = opt("decoder", "plain content, on a model with no reasoning parser: decoder publishes a "
+                           "turn's content events itself (no parser hop per token) -- all of a turn that cannot call "
+                           "a tool (not harmony), and of one that may, the text before its format's first markup, "
+                           "where a parser takes over (a turn with none ends at its decoder); parser sends every "
+                           "turn through a parser", "decode")
     coalesce_tokens: int = opt(8, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
                                   "next write round) when it has this many (the clock, `coalesce_ms`, paces "
                                   "a turn slower than this many tokens per `coalesce_ms`)", "decode")

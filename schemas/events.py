@@ -198,13 +198,18 @@ class ContinueTurn(_Tagged, tag="job.continue"):
 
 
 class ParseTurn(_Tagged, tag="job.parse"):
-    """Parse turn ``turn`` (attempt ``attempt``) of ``sid`` from its token log, starting after ``after``."""
+    """Parse turn ``turn`` (attempt ``attempt``) of ``sid`` from its token log, starting after ``after``.
+    ``seq`` and ``content``: the parse stage's events the decoder already published for the attempt (its
+    content events 1..seq, whose text is ``content``) before the token log took over from its first
+    markup (``workers.decode.content_run``); the parser goes on from there."""
 
     sid: str
     turn: int
     attempt: int
     after: str = "0-0"
     worker: str = ""
+    seq: int = 0
+    content: str = ""
     v: int = SCHEMA_VERSION
 
 

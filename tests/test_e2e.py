@@ -85,7 +85,8 @@ async def test_parser_killed_mid_turn_is_taken_over(stack_factory) -> None:
     killed: list[int] = []
 
     async def kill_parser_once(sid: str, ev: dict[str, Any]) -> None:
-        if killed or ev["body"]["type"] != "content.delta" or ev["turn"] != 0:
+        # the turn's narration is its decoder's (a content run); its parser starts at the first call's markup
+        if killed or ev["body"]["type"] != "tool_call.begin" or ev["turn"] != 0:
             return
         [pending] = r.xpending_range(keys.PARSE_JOBS, keys.PARSE_GROUP, "-", "+", 10)
         pid = int(pending["consumer"].decode().rsplit("-", 1)[1])

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from runtime import bus
 from runtime.config import load_config
 from runtime.turns import Turns
 from schemas import keys
-from schemas.codec import decode_job, decode_token, encode
-from schemas.events import CancelTurn, StartTurn, TokenChunk
+from schemas.codec import decode_event, decode_job, decode_token, encode
+from schemas.events import CancelTurn, ContentDelta, StartTurn, TokenChunk
 from turnstream.cli import build_engine
 from workers.decode.chunks import AbortCheck
 from workers.decode.turn import TurnRun
@@ -19,11 +21,14 @@ from workers.decode.worker import DecodeWorker
 LONG = "word " * 4000  # minutes at the replay rate below
 
 
-async def _decoder(redis_url: str, r, monkeypatch, sid: str) -> tuple[DecodeWorker, asyncio.Task]:
+async def _decoder(redis_url: str, r, monkeypatch, sid: str, plain_turns: str = "parser") -> tuple[DecodeWorker,
+                                                                                                 asyncio.Task]:
     """A started decoder (its own stream set up, the status check's backstop never due) and the task of
-    its job generating turn 0 of a new session ``sid`` that would stream 4,000 tokens."""
+    its job generating turn 0 of a new session ``sid`` that would stream 4,000 tokens (of content: with
+    ``plain_turns=decoder`` its decoder publishes them, a content run; else its token log holds them)."""
     monkeypatch.setattr(AbortCheck, "interval_s", 3600.0)
-    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id=f"decode-{sid}")
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=20, worker_id=f"decode-{sid}",
+                      plain_turns=plain_turns)
     worker = DecodeWorker(cfg, build_engine(cfg), r)
     await worker.consumer.reader.setup()  # the decoder's own stream, where its notes arrive
     await worker.engine.start()
@@ -42,27 +47,33 @@ async def _cancel(r, worker: DecodeWorker, sid: str) -> None:
 
 
 async def _text(r, sid: str) -> str:
+    """What the turn streamed: its token log's chunks, or the content events its decoder published."""
     rows = await r.xrange(keys.tokens(sid))
-    return "".join(e.text for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk))
+    chunks = "".join(e.text for e in (decode_token(f[b"d"]) for _, f in rows) if isinstance(e, TokenChunk))
+    events = (decode_event(f[b"d"]) for _, f in await r.xrange(keys.events(sid)))
+    return chunks + "".join(e.body.text for e in events if isinstance(e.body, ContentDelta))
 
 
-async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_check(redis_url, r, monkeypatch) -> None:
-    worker, turn = await _decoder(redis_url, r, monkeypatch, "cx")
+@pytest.mark.parametrize("plain_turns", ["parser", "decoder"])
+async def test_a_cancel_note_aborts_the_turn_without_waiting_for_the_status_check(redis_url, r, monkeypatch,
+                                                                                  plain_turns: str) -> None:
+    sid = f"cx-{plain_turns}"
+    worker, turn = await _decoder(redis_url, r, monkeypatch, sid, plain_turns)
     try:
-        for _ in range(600):  # until the turn's first chunk is in its token log
-            if await r.xlen(keys.tokens("cx")) >= 2:
+        for _ in range(600):  # until the turn's first chunks are out
+            if len(await _text(r, sid)) >= 10:
                 break
             await asyncio.sleep(0.05)
-        assert ("cx", 0) in worker.ctx.aborts
-        await _cancel(r, worker, "cx")
+        assert (sid, 0) in worker.ctx.aborts
+        await _cancel(r, worker, sid)
         await asyncio.wait_for(turn, 60)  # ended by the note, long before its tokens
     finally:
         turn.cancel()
         await worker.engine.stop()
     assert worker.ctx.aborts == {}
-    assert 0 < len(await _text(r, "cx")) < 200  # a few chunks, not 4,000 tokens
+    assert 0 < len(await _text(r, sid)) < 200  # a few chunks, not 4,000 tokens
     # a note for a turn this decoder is not generating is acked and does nothing
-    assert not await worker.ctx.cancel("cx", 0)
+    assert not await worker.ctx.cancel(sid, 0)
 
 
 async def test_a_cancel_noted_while_the_turn_starts_stops_it_at_its_first_chunk(redis_url, r, monkeypatch) -> None:

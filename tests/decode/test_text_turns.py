@@ -1,6 +1,9 @@
 """A text-only turn (no tools, no client results, no reasoning, a format whose text is content): its
 decoder is its parse stage -- content events straight to the event log, then its end and the
-session's in one round trip; every other turn still goes through a parser."""
+session's in one round trip.  A turn that may call is the same until its format's first markup
+(``workers.decode.content_run``): from there a parser goes on, from the content the decoder
+published; a turn whose text holds none ends as a text-only one.  Every other turn (a reasoning
+parser, a format whose calls open with plain text, ``plain_turns=parser``) goes through a parser."""
 
 from __future__ import annotations
 
@@ -56,13 +59,13 @@ def _type(e) -> str:
 
 
 async def _run(r, redis_url: str, sid: str, tools: list | None = None, mode: SessionMode = SessionMode.ONESHOT,
-               **cfg_overrides: object) -> DecodeWorker:
+               text: str = TEXT, **cfg_overrides: object) -> DecodeWorker:
     cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=2000, worker_id="decode-text",
                       coalesce_tokens=4, **cfg_overrides)
     worker = DecodeWorker(cfg, build_engine(cfg), r)
     await worker.engine.start()
     await Sessions(r).create(sid, [{"role": "user", "content": "hi"}], tools=tools, max_turns=1, mode=mode,
-                             meta={"replay": [TEXT]}, params={"max_tokens": 200})
+                             meta={"replay": [text]}, params={"max_tokens": 200})
     try:
         await asyncio.wait_for(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid=sid, turn=0)))),
                                30)
@@ -126,15 +129,69 @@ async def test_a_text_only_turn_acks_its_job_behind_its_end(redis_url, r) -> Non
         await worker.engine.stop()
 
 
-@pytest.mark.parametrize("why", ["tools", "loop", "plain_turns=parser"])
+@pytest.mark.parametrize("why", ["think", "llama3_json", "plain_turns=parser"])
 async def test_every_other_turn_goes_through_a_parser(redis_url, r, why: str) -> None:
     sid = f"p-{why[:5]}"
-    await _run(r, redis_url, sid, tools=[TOOL] if why == "tools" else None,
-               mode=SessionMode.LOOP if why == "loop" else SessionMode.ONESHOT,
-               **({"plain_turns": "parser"} if why.startswith("plain") else {}))
+    overrides = {"think": {"reasoning": "think"}, "llama3_json": {"tool_format": "llama3_json"},
+                 "plain_turns=parser": {"plain_turns": "parser"}}[why]
+    await _run(r, redis_url, sid, tools=[TOOL], **overrides)
     assert await r.xlen(keys.PARSE_JOBS) == 1 and await r.xlen(keys.tokens(sid)) > 1  # chunks and an end
     assert [_type(e) for e in await _events(r, sid)] == ["turn.started"]  # the rest is the parser's
     assert await r.hget(keys.session(sid), "status") == b"active"
+
+
+@pytest.mark.parametrize(("mode", "text"), [(SessionMode.ONESHOT, TEXT), (SessionMode.LOOP, TEXT),
+                                            (SessionMode.ONESHOT, "Half a marker is content: <tool_ca")])
+async def test_a_turn_that_may_call_but_writes_no_markup_ends_as_a_text_only_one(redis_url, r, mode, text) -> None:
+    sid = f"n-{mode.value}-{len(text)}"
+    await _run(r, redis_url, sid, tools=[TOOL], mode=mode, text=text)
+    assert await r.xlen(keys.PARSE_JOBS) == 0 and await r.xlen(keys.tokens(sid)) == 0  # no parser hop
+    events = await _events(r, sid)
+    content = [e for e in events if _type(e) == "content.delta"]
+    assert [(e.src, _type(e)) for e in events] == [("decoder", "turn.started")] + [("parser", "content.delta")] * len(
+        content) + [("parser", "turn.ended"), ("session", "session.ended")]
+    assert "".join(e.body.text for e in content) == text
+    assert [e.seq for e in events[1:-1]] == list(range(1, len(content) + 2))
+    assert (events[-2].body.finish_reason, events[-2].body.n_calls, events[-1].body.content) == ("stop", 0, text)
+    assert json.loads(await r.hget(keys.session(sid), "asst:0")) == {"role": "assistant", "content": text, "raw": text}
+    assert await r.hget(keys.session(sid), "status") == b"ended"
+
+
+CALL = '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("before", ["Let me check the time for you.\n", ""])
+async def test_a_turn_hands_its_text_to_a_parser_from_its_first_markup(redis_url, r, before: str) -> None:
+    """The content before the call is the decoder's events 1..k; the parse job names them (seq k, their
+    text) and the token log holds the rest; the parser goes on at k + 1 and records the whole message."""
+    from schemas.codec import decode_job, decode_token
+    from tests.parser.test_parser_takeover import _parse
+    from workers.parser.worker import ParserWorker
+
+    sid = "s"  # ``_parse`` reads session "s"
+    text = before + CALL
+    await _run(r, redis_url, sid, tools=[TOOL], text=text)
+    content = [e for e in await _events(r, sid) if _type(e) == "content.delta"]
+    assert "".join(e.body.text for e in content) == before and all(e.src == "parser" for e in content)
+    assert [e.seq for e in content] == list(range(1, len(content) + 1))
+    [(_, fields)] = await r.xrange(keys.PARSE_JOBS)
+    job = decode_job(fields[bus.FIELD])
+    assert (job.turn, job.attempt, job.seq, job.content, job.worker) == (0, 1, len(content), before, "decode-text")
+    tokens = [decode_token(f[bus.FIELD]) for _, f in await r.xrange(keys.tokens(sid))]
+    assert "".join(t.text for t in tokens[:-1]) == CALL and [t.seq for t in tokens[:-1]] == list(range(len(tokens) - 1))
+    assert tokens[-1].text == text  # the end: the whole turn's text, the message's raw
+
+    await _parse(ParserWorker(load_config(redis_url=redis_url), r, dispatcher=None), job)
+    events = await _events(r, sid)
+    parsed = [e for e in events if e.src == "parser"]
+    assert [e.seq for e in parsed] == list(range(1, len(parsed) + 1))  # one run of seqs, none twice
+    kinds = [_type(e) for e in parsed]
+    assert "tool_call.ready" in kinds and kinds[-1] == "turn.ended" and kinds.count("content.delta") == len(content)
+    assert (parsed[-1].body.finish_reason, parsed[-1].body.n_calls) == ("tool_calls", 1)
+    message = json.loads(await r.hget(keys.session(sid), "asst:0"))
+    assert (message["content"], message["raw"]) == (before or None, text)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("get_time", {"tz": "UTC"})]
 
 
 async def test_a_text_only_turn_cancelled_first_does_not_end_its_session_again(redis_url, r, monkeypatch) -> None:

@@ -47,8 +47,9 @@ Contracts:
   with its last text, one round trip, one wake of every reader, not two), under the same rules as a
   lead's; their replies are ``flush``'s.
 * **Token chunks or events.**  A turn's chunks are ``TokenChunk`` entries of its token log, for its
-  parser; a text-only turn (``runtime.turns.text_only``) opens with ``make``, which turns each
-  chunk into the parse stage's event for the session's event log instead (``workers.decode.turn``).
+  parser; a text-only turn (``runtime.turns.text_only``), and a turn that may call until its first
+  markup (a content run), opens with ``make``, which turns each chunk into the parse stage's event for
+  the session's event log instead (``workers.decode.turn``).
   Such a turn writes no chunk without text (a delta that ended inside a character): its text goes
   with the next one, its seq is not taken, and its ``lead`` goes alone.
 """

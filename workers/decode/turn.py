@@ -12,7 +12,10 @@ content), whose parse would be the identity: its decoder is its parse stage.  It
 event log as the parse stage's ``content.delta`` events (src ``parser``, seq 1, 2, ...), and its end
 records its message, publishes its ``turn.ended`` and ends the session in one script
 (``Turns.end_text``; nothing from an attempt a newer one replaced): no parse job, no token log, no
-note back.  A cancel aborts the turn at
+note back.  A turn that may call starts the same way, as a content run (``workers.decode.content_run``,
+on a format with markers and no reasoning parser): a turn whose text holds no markup ends as a
+text-only one; at its first marker its content events are flushed and the rest goes to its token log,
+led by the ``ParseTurn`` that tells the parser the events already out (``_hand_over``).  A cancel aborts the turn at
 once: its ending sends the decoder a ``CancelTurn`` note (``TurnContext.cancel``); the writer also
 checks, at most every ``AbortCheck.interval_s``, whether the session was cancelled
 (``workers.decode.chunks``), for an ending that sent no note or whose note was lost.
@@ -45,7 +48,8 @@ from schemas.events import (ContentDelta, Event, ParseTurn, TokenEnd, TurnEnded,
                             TurnStarted)
 from workers.decode.chunks import AbortCheck, ChunkWriter, TurnChunks
 from workers.decode.constraints import turn_constraint
-from workers.decode.constraints.formats import call_ends
+from workers.decode.constraints.formats import call_ends, call_marks
+from workers.decode.content_run import ContentRun
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
 from workers.decode.kv_holds import KvHolds
 
@@ -109,6 +113,17 @@ class TurnRun:
         self.prefill = ""  # the forced start of the turn: it leads the first delta
         self.counted = False  # in the decoders' load (``routing.turn_started``) until its end's round trip
         self.text_only = ctx.cfg.plain_turns == "decoder" and text_only(ctx.cfg.tool_format, ctx.cfg.reasoning, info)
+        marks = () if self.text_only or ctx.cfg.plain_turns != "decoder" or ctx.cfg.reasoning else (
+            call_marks(ctx.cfg.tool_format))
+        self.scan = ContentRun(marks) if marks else None  # a turn that may call: its content up to its first markup
+        self.check: AbortCheck | None = None
+        self.chunks: TurnChunks | None = None  # where the turn's text goes now
+
+    @property
+    def parsed_here(self) -> bool:
+        """Whether this decoder is the turn's parse stage: a text-only turn, or one whose text held no
+        markup (``ContentRun``) -- so far, or to its end once it ended."""
+        return self.text_only or (self.scan is not None and self.scan.rest is None)
 
     async def run(self) -> None:
         messages = self.messages if self.messages is not None else await self.ctx.sessions.messages(self.sid)
@@ -119,7 +134,7 @@ class TurnRun:
                                                               self.continuation, self.turn),
                                    conversation=routing.conversation_key(messages, self.info.tools or None))
         self.prefill = self.req.params.prefill
-        if not self.text_only:  # a text-only turn announces itself with its first chunk (``_turn_started``)
+        if not self.parsed_here:  # the others announce themselves with their first chunk (``_turn_started``)
             await self._announce()
             self.counted = True
         if self.attempt > 1:
@@ -143,22 +158,28 @@ class TurnRun:
         routing.turn_started(pipe, self.ctx.cfg, self.req.conversation, self.ctx.me)
         await pipe.execute()
 
+    def _token_log(self) -> TurnChunks:
+        return self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt, self.check,
+                                    ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
+
     async def _stream(self) -> None:
         gen = self.ctx.engine.generate(self.req).__aiter__()
-        check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn, self.attempt)
-        if self.text_only:
+        check = self.check = AbortCheck(self.ctx.engine, self.req, self.sid, self.turn, self.attempt)
+        if self.parsed_here:
             chunks = self.ctx.chunks.open(keys.events(self.sid), keys.session(self.sid), self.turn, self.attempt, check,
                                           make=self._content, maxlen=bus.EVENT_STREAM_MAXLEN)
         else:
-            chunks = self.ctx.chunks.open(keys.tokens(self.sid), keys.session(self.sid), self.turn, self.attempt,
-                                          check, ends=call_ends(self.ctx.cfg.tool_format) if self.req.tools else ())
+            chunks = self._token_log()
+        self.chunks = chunks
         self.ctx.aborts[self.sid, self.turn] = check
         if (self.sid, self.turn) in self.ctx.cancelled:  # cancelled while it started: check with the first chunk
             check.next_at = 0.0
         ended: list[Any] | None = None
         try:
-            await self._pump(gen, chunks)
-            if self.text_only:  # the engine's request closed first, then the KV held, as for any turn's end
+            chunks = await self._pump(gen, chunks)
+            if self.parsed_here:  # the engine's request closed first, then the KV held, as for any turn's end
+                if self.scan is not None and (held := self.scan.finish()):  # no markup came: content after all
+                    self.ctx.chunks.add(chunks, held, 0)
                 with contextlib.suppress(Exception):
                     await gen.aclose()
                 self.ctx.kv.turn_ended(self.info, self.turn)
@@ -168,11 +189,11 @@ class TurnRun:
                 await self.ctx.chunks.flush(chunks)
         finally:
             del self.ctx.aborts[self.sid, self.turn]  # one run of a turn at a time here (``running``)
-            self.ctx.chunks.close(chunks)
+            self.ctx.chunks.close(self.chunks)
             await self._abandon(gen)
             with contextlib.suppress(Exception):
                 await gen.aclose()
-        if self.text_only:
+        if self.parsed_here:
             assert ended is not None  # the trail's replies: the end's, the load's
             await self._text_ended(int(ended[0]))
             return
@@ -228,16 +249,43 @@ class TurnRun:
                 self.attempt, self.last.completion_tokens, self.last.finish_reason or "stop",
                 "; a newer attempt holds the turn" if outcome < 0 else "")
 
-    async def _pump(self, gen: Any, chunks: TurnChunks) -> None:
-        """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted)."""
-        add = self.ctx.chunks.add
+    async def _pump(self, gen: Any, chunks: TurnChunks) -> TurnChunks:
+        """Hand every engine delta to the writer until the engine finishes (its first after TurnStarted);
+        the turn's chunks at its end (its token log's, once a content run met markup)."""
+        add, scan = self.ctx.chunks.add, self.scan
         async for delta in gen:
             delta = self._take(delta)
             if not self.started:
                 self._turn_started(chunks)
-            add(chunks, delta.text, delta.n_tokens)
+            if scan is None or scan.rest is not None:
+                add(chunks, delta.text, delta.n_tokens)
+            else:
+                content, rest = scan.feed(delta.text)
+                if rest is None:
+                    add(chunks, content, delta.n_tokens)
+                else:
+                    add(chunks, content, 0)
+                    chunks = await self._hand_over(chunks, rest, delta.n_tokens)
             if delta.finished:
-                return
+                break
+        return chunks
+
+    async def _hand_over(self, content: TurnChunks, rest: str, n_tokens: int) -> TurnChunks:
+        """The turn's first markup came (``ContentRun``): its content events out, the rest of the turn
+        goes to its token log for a parser, whose ``ParseTurn`` leads the first chunk there in its round
+        trip and names the events published so far (the content's, 1..seq), so the parser goes on from
+        them.  The route and the load count went with the turn's first chunk (``_announcement``)."""
+        await self.ctx.chunks.flush(content)
+        self.ctx.chunks.close(content)
+        after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
+        assert self.scan is not None
+        job = encode(ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after,
+                               seq=content.seq, content="".join(self.scan.content)))
+        tokens = self.chunks = self._token_log()
+        self.ctx.chunks.lead(tokens, lambda pipe: pipe.execute_command(*bus.xadd(keys.PARSE_JOBS, job,
+                                                                                 bus.JOB_STREAM_MAXLEN)))
+        self.ctx.chunks.add(tokens, rest, n_tokens)
+        return tokens
 
     def _take(self, delta: GenerateDelta) -> GenerateDelta:
         self.ctx.tokens_out += delta.n_tokens
@@ -256,7 +304,7 @@ class TurnRun:
                            host_cached_tokens=last.host_cached_tokens, worker=self.ctx.me,
                            continuation=self.continuation)
         builds = [self._event_call(1, body).with_text]
-        if self.text_only:
+        if self.parsed_here:
             builds += self._announcement()
         self.ctx.chunks.lead(chunks, *builds)
 

@@ -113,6 +113,9 @@ class TurnParse:
         info, self.published, self.ended = await self.ctx.sessions.parser_open(self.sid, self.turn, self.attempt)
         if info is None:
             return False
+        if self.job.seq:  # the decoder published the turn's first content itself (``ParseTurn``)
+            self.seq, self.published = self.job.seq, max(self.published, self.job.seq)
+            self.content.append(self.job.content)
         self.info = info
         self.offered = info.tool_names()
         self.parser = make_parser(self.ctx.cfg.tool_format, tools=info.tools or None,

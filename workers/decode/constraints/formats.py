@@ -166,3 +166,44 @@ def call_ends(fmt: str) -> tuple[str, ...]:
         return ()
     return tuple(dict.fromkeys(close[-1] for close in (syntax.call_close, syntax.section_close) if close))
 
+
+
+MORE_MARKUP = ("gigachat3", "minimax_m3")  # their parsers drop <|message_sep|> / </mm:think> from content
+_REGEX_META = frozenset("\\.^$*+?{}[]()|")
+
+
+def _literals(pattern: str) -> tuple[str, ...] | None:
+    """The strings of ``pattern`` when it is an alternation of literals (``a|b\\|c``), else None."""
+    out, cur, escaped = [], [], False
+    for ch in pattern:
+        if escaped:
+            cur.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "|":
+            out.append("".join(cur))
+            cur = []
+        elif ch in _REGEX_META:
+            return None
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return tuple(out) if all(out) and not escaped else None
+
+
+def call_marks(fmt: str) -> tuple[str, ...]:
+    """The markup of ``fmt`` that ends a turn's plain content: the strings that open its calls
+    (``opener_re``, when that is a set of literals) and the last pieces of its closes (a stray close
+    is the parser's to read), or () when the format has no such set -- a call of llama3_json or
+    pythonic opens with text that prose may hold.  A decoder publishes a turn's text as content
+    until one of these arrives (``workers.decode.content_run``); ``kimi_k3``'s content wrappers are
+    markup too, ``harmony`` is all channels, and the parsers of ``MORE_MARKUP`` read markup of their own
+    (checked against every parser case: ``tests/parser/test_parser_content_run.py``)."""
+    syntax = SYNTAX.get(fmt)
+    if syntax is None or syntax.content_marks or fmt in MORE_MARKUP:
+        return ()
+    opens = _literals(syntax.opener_re)
+    if opens is None:
+        return ()
+    return tuple(dict.fromkeys((*opens, *call_ends(fmt))))
