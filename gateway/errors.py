@@ -202,22 +202,26 @@ class ErrorBoundary:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        answered = False  # an HTTP response started, or the WebSocket closed or refused
+        if scope["type"] == "websocket":  # no wrapper for every frame: a close after the socket's end fails quietly
+            try:
+                await self.app(scope, receive, send)
+            except Exception:
+                log.exception("unhandled error on WEBSOCKET %s", scope.get("path"))
+                await _answer_500(scope, receive, send)
+            return
+        answered = False  # an HTTP response started
 
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal answered
-            answered = answered or message["type"] in _ANSWERS
+            answered = answered or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, receive, tracked)
         except Exception:  # the gateway's outermost boundary
-            log.exception("unhandled error on %s %s", scope.get("method", "WEBSOCKET"), scope.get("path"))
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not answered:
                 await _answer_500(scope, receive, send)
-
-
-_ANSWERS = {"http.response.start", "websocket.close", "websocket.http.response.start"}
 
 
 async def _answer_500(scope: dict[str, Any], receive: Any, send: Any) -> None:

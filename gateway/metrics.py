@@ -137,8 +137,8 @@ class RequestMetrics:
             await send(message)
 
         token = _API.set(api)
-        try:
-            await self.app(scope, receive, seen)
+        try:  # a WebSocket's frames go straight out: its status is not counted (no wrapper for every frame)
+            await self.app(scope, receive, seen if scope["type"] == "http" else send)
         finally:
             _API.reset(token)
             if scope["type"] == "http":

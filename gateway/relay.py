@@ -48,6 +48,7 @@ import redis.asyncio as aioredis
 
 from gateway.frames import Frame, Seen, StreamId, fmt_id, make_frame, parse_id, stream_pos
 from runtime import bus
+from runtime.mailbox import Mailbox
 from schemas import keys
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class Subscription:
         self.relay, self.session, self.until, self.stop_turn = relay, sid, until, stop_turn
         self.session_over = session_over
         self.last = after
-        self.queue: asyncio.Queue[Frame | None] = asyncio.Queue()  # bound enforced by offer()
+        self.queue: Mailbox[Frame | None] = Mailbox()  # bound enforced by offer(); one consumer: ``frames``
         self.ended = asyncio.Event()
         self.reason = ""
         self.seen = Seen()  # repeats and late events are dropped, not yielded

@@ -37,6 +37,7 @@ import jinja2
 from tokenizers import Tokenizer
 
 from runtime.chat_template import first_stop
+from runtime.mailbox import Mailbox
 from workers.decode.constraints.guide import GrammarCompiler
 from workers.decode.engine import GenerateDelta, GenerateRequest
 
@@ -108,7 +109,7 @@ class _Run:
     detok: IncrementalDetokenizer
     i: int = 0
     stop_sequence: str | None = None  # the stop string the script was cut at
-    out: asyncio.Queue[GenerateDelta] = field(default_factory=asyncio.Queue)  # batched mode only
+    out: Mailbox[GenerateDelta] = field(default_factory=Mailbox)  # batched mode only
 
     def next_delta(self) -> GenerateDelta:
         """The delta of the next token (or the empty ending of an empty completion)."""

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from runtime.mailbox import Mailbox
 from workers.decode.native.config import EngineConfig, cpu_threads
 from workers.decode.native.core import EngineCore
 from workers.decode.engine import GenerateDelta, GenerateRequest
@@ -46,7 +47,7 @@ class NativeEngine:
         self.model = Path(config.model).name
         self.core: EngineCore | None = None
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._streams: dict[str, asyncio.Queue[GenerateDelta | BaseException]] = {}
+        self._streams: dict[str, Mailbox[GenerateDelta | BaseException]] = {}
         self._thread: _EngineThread | None = None
 
     @classmethod
@@ -81,7 +82,7 @@ class NativeEngine:
             raise EngineError("the engine is not started")
         if req.rid in self._streams:
             raise EngineError(f"request {req.rid} is already streaming")
-        stream: asyncio.Queue[GenerateDelta | BaseException] = asyncio.Queue()
+        stream: Mailbox[GenerateDelta | BaseException] = Mailbox()
         self._streams[req.rid] = stream
         self._inbox.put(("add", req))
         finished = False
