@@ -36,8 +36,15 @@ class ContentRun:
         rest is returned (the caller hands it to a parser)."""
         if self.rest is not None:
             return "", text
-        seen = self.held + text
-        at = min((i for i in (seen.find(m) for m in self.marks) if i >= 0), default=-1)
+        seen = self.held + text if self.held else text
+        if not any(c in seen for c in self.firsts):  # the common case: nothing here can begin a marker
+            self.held = ""
+            return self._take(seen), None
+        at = -1
+        for mark in self.marks:
+            i = seen.find(mark)
+            if i >= 0 and (at < 0 or i < at):
+                at = i
         if at >= 0:
             self.held, self.rest = "", seen[at:]
             return self._take(seen[:at]), self.rest
@@ -58,7 +65,7 @@ class ContentRun:
     def _open_prefix(self, text: str) -> int:
         """The length of the longest end of ``text`` that is a proper beginning of a marker."""
         tail = text[-self.longest:]
-        if not any(c in tail for c in self.firsts):  # the common case: no marker can begin in it
+        if not any(c in tail for c in self.firsts):
             return 0
         best = 0
         for mark in self.marks:

@@ -1,0 +1,31 @@
+"""``ContentRun``: content up to the first marker, a marker's beginning held until it is told apart
+(its agreement with every format's parser: ``tests/parser/test_parser_content_run.py``)."""
+
+from __future__ import annotations
+
+from workers.decode.content_run import ContentRun
+
+MARKS = ("<tool_call>", "</tool_call>")
+
+
+def test_a_marker_split_across_deltas_is_held_then_handed_over_with_the_rest() -> None:
+    run = ContentRun(MARKS)
+    assert run.feed("Let me check.\n<tool") == ("Let me check.\n", None) and run.held == "<tool"
+    assert run.feed('_call>\n{"name"') == ("", '<tool_call>\n{"name"')
+    assert run.rest == '<tool_call>\n{"name"' and run.feed(": 1}") == ("", ": 1}")  # after it: all the parser's
+    assert "".join(run.content) == "Let me check.\n"
+
+
+def test_what_only_looked_like_a_marker_is_content() -> None:
+    run = ContentRun(MARKS)
+    assert run.feed("a < b, <") == ("a < b, ", None)
+    assert run.feed("/tool") == ("", None) and run.held == "</tool"
+    assert run.feed("s>") == ("</tools>", None)  # not a marker after all
+    assert run.feed("ends on <tool_c") == ("ends on ", None)
+    assert run.finish() == "<tool_c" and run.rest is None  # the turn ended: what was held is content
+    assert "".join(run.content) == "a < b, </tools>ends on <tool_c"
+
+
+def test_a_marker_at_the_start_leaves_no_content() -> None:
+    run = ContentRun(MARKS)
+    assert run.feed("<tool_call>{}") == ("", "<tool_call>{}") and run.content == []
