@@ -47,7 +47,8 @@ class Mailbox(Generic[T]):
     async def get(self) -> T:
         """The oldest item, once there is one."""
         while not self._items:
-            assert self._waiter is None, "a Mailbox has one consumer"
+            if self._waiter is not None:
+                raise RuntimeError("a Mailbox has one consumer; another is waiting")
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

@@ -44,7 +44,8 @@ def text_only(tool_format: str, reasoning: str, info: SessionInfo) -> bool:
     """Whether a turn's whole text is its content, so that parsing it is the identity: the session
     offers no tools and takes no client results (``may_call``), no reasoning is separated, and the
     format's text is content.  Such a turn's decoder publishes the parse stage's events itself
-    (``workers.decode.turn``); every other turn goes through a parser."""
+    (``workers.decode.turn``); a turn that may call does so up to its first markup, if its format has
+    markers (``workers.decode.content_run``), and a parser takes the rest."""
     return not info.may_call and not reasoning and tool_format not in TEXT_FORMATS_EXCEPT
 
 

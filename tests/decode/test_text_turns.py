@@ -238,3 +238,30 @@ async def test_an_attempt_that_a_newer_one_replaced_ends_nothing(r) -> None:
     assert await Turns(r).end_text("a1", 0, 2, "stop", {**message, "content": "fresh", "raw": "fresh"}, 1,
                                    b"turn.ended", info) == 1  # the latest attempt ends it
     assert await r.hget(keys.session("a1"), "status") == b"ended"
+
+
+async def test_a_turn_held_to_a_call_goes_to_its_parser_from_its_start(redis_url, r, monkeypatch) -> None:
+    """``tool_choice`` required: the turn opens with a call, so no content run -- its parse job is
+    queued before its first token, as every parsed turn's is, naming no events."""
+    from schemas.codec import decode_job
+    from workers.decode.turn import TurnRun
+
+    async def no_hand_over(*_: object) -> None:
+        raise AssertionError("a turn held to a call ran a content run")
+
+    monkeypatch.setattr(TurnRun, "_hand_over", no_hand_over)
+
+    cfg = load_config(redis_url=redis_url, engine="replay", replay_rate=2000, worker_id="decode-req")
+    worker = DecodeWorker(cfg, build_engine(cfg), r)
+    await worker.engine.start()
+    await Sessions(r).create("q1", [{"role": "user", "content": "hi"}], tools=[TOOL], max_turns=1,
+                             mode=SessionMode.ONESHOT, meta={"replay": [CALL]},
+                             params={"max_tokens": 200, "tool_choice": "required"})
+    try:
+        await asyncio.wait_for(worker.handle(bus.Entry(keys.DECODE_JOBS, "1-0", encode(StartTurn(sid="q1", turn=0)))),
+                               30)
+    finally:
+        await worker.engine.stop()
+    [(_, fields)] = await r.xrange(keys.PARSE_JOBS)
+    assert (decode_job(fields[bus.FIELD]).seq, decode_job(fields[bus.FIELD]).content) == (0, "")
+    assert [_type(e) for e in await _events(r, "q1")] == ["turn.started"]  # the rest is the parser's

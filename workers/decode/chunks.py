@@ -88,7 +88,8 @@ class AbortCheck:
     Nothing a cancelled turn generates after its ``session.ended`` is published, so the interval
     bounds only the generation wasted when the note does not arrive; an attempt that a newer one
     replaced publishes no end (``Sessions.end_text_call``; a parser stops reading it at the newer
-    attempt's first chunk)."""
+    attempt's first chunk in its token log, or, when that attempt writes none -- its content was all
+    its decoder's -- once the turn ended, by its sweep)."""
 
     interval_s = 5.0
 
@@ -241,7 +242,7 @@ class ChunkWriter:
         if tc.error is not None:
             raise tc.error
         if then is not None:
-            assert tc.make is not None, "a trail follows a text-only turn's events"
+            assert tc.make is not None, "a trail follows the events of a turn its decoder parses"
             tc.trail = then
         if tc.idle():
             return tc.trailed

@@ -47,7 +47,7 @@ from schemas.codec import encode
 from schemas.events import (ContentDelta, Event, ParseTurn, TokenEnd, TurnEnded, TurnParsed, TurnRestarted,
                             TurnStarted)
 from workers.decode.chunks import AbortCheck, ChunkWriter, TurnChunks
-from workers.decode.constraints import turn_constraint
+from workers.decode.constraints import Calls, turn_constraint
 from workers.decode.constraints.formats import call_ends, call_marks
 from workers.decode.content_run import ContentRun
 from workers.decode.engine import Engine, GenerateDelta, GenerateRequest, SamplingParams
@@ -134,6 +134,10 @@ class TurnRun:
                                                               self.continuation, self.turn),
                                    conversation=routing.conversation_key(messages, self.info.tools or None))
         self.prefill = self.req.params.prefill
+        if self.scan is not None and self.req.constraint is not None and self.req.constraint.calls is Calls.REQUIRED:
+            self.scan = None  # it opens with a call (``tool_choice`` required or named): a parser from its start
+        if self.scan is not None and self.after is None:  # a takeover: the token log's end, before anything is out
+            self.after = await bus.last_id(self.ctx.r, keys.tokens(self.sid))
         if not self.parsed_here:  # the others announce themselves with their first chunk (``_turn_started``)
             await self._announce()
             self.counted = True
@@ -218,12 +222,14 @@ class TurnRun:
         return logging.DEBUG if self.info.oneshot else logging.INFO
 
     def _content(self, seq: int, text: str, since: float) -> bytes:
-        """A text-only turn's chunk ``seq`` (0, 1, ...) as the parse stage's event ``seq + 1``."""
+        """A chunk of a turn parsed here (``parsed_here``) -- ``seq`` 0, 1, ... -- as the parse stage's event
+        ``seq + 1``."""
         return encode(Event(sid=self.sid, turn=self.turn, attempt=self.attempt, seq=seq + 1, src="parser",
                             ts=time.time(), body=ContentDelta(text=text), t0=since))
 
     def _end_text(self, chunks_written: int) -> list[Callable[[Any], Any]]:
-        """A text-only turn's end, as its parser's would be (``workers.parser.turn_parse``): its message and
+        """The end of a turn parsed here (text-only, or no markup came), as its parser's would be
+        (``workers.parser.turn_parse``: no calls, so the session ends): its message and
         ``turn.ended`` (the parse stage's next seq), the fold and ``session.ended``, in one script with the
         decoders' load and the job's ack (``ack``) beside it (``Turns.end_text``), sent just behind the turn's
         last chunk, in its round trip (``ChunkWriter.flush``'s ``then``; the script as EVAL, as a lead's).  An attempt that a newer
@@ -241,11 +247,11 @@ class TurnRun:
         return [end.with_text, lambda p: routing.turn_ended(p, self.ctx.me), *(self.ack() if self.ack else [])]
 
     async def _text_ended(self, outcome: int) -> None:
-        """After a text-only turn's end (``_end_text``; ``outcome``, its script's): its KV kept for a
+        """After the end of a turn parsed here (``_end_text``; ``outcome``, its script's): its KV kept for a
         follow-up or released."""
         self.counted = False
         await self.ctx.kv.parsed(TurnParsed(sid=self.sid, turn=self.turn, attempt=self.attempt, calls=[]))
-        log.log(self._done_level, "sid=%s turn=%d attempt=%d done: %d tokens, %s (text only%s)", self.sid, self.turn,
+        log.log(self._done_level, "sid=%s turn=%d attempt=%d done: %d tokens, %s (all content%s)", self.sid, self.turn,
                 self.attempt, self.last.completion_tokens, self.last.finish_reason or "stop",
                 "; a newer attempt holds the turn" if outcome < 0 else "")
 
@@ -271,19 +277,19 @@ class TurnRun:
         return chunks
 
     async def _hand_over(self, content: TurnChunks, rest: str, n_tokens: int) -> TurnChunks:
-        """The turn's first markup came (``ContentRun``): its content events out, the rest of the turn
-        goes to its token log for a parser, whose ``ParseTurn`` leads the first chunk there in its round
-        trip and names the events published so far (the content's, 1..seq), so the parser goes on from
-        them.  The route and the load count went with the turn's first chunk (``_announcement``)."""
+        """The turn's first markup came (``ContentRun``): its content events out, then its ``ParseTurn``,
+        which names the events published so far (the content's, 1..seq), so that a parser goes on from
+        them, and the rest of the turn to its token log.  The job goes in a round trip of its own, once,
+        as ``_announce``'s: a round of the writer is sent again whole after an outage, which could queue
+        it twice; a job that fails fails the turn (a new attempt).  The route and the load count went
+        with the turn's first chunk (``_announcement``)."""
         await self.ctx.chunks.flush(content)
         self.ctx.chunks.close(content)
-        after = self.after if self.after is not None else await bus.last_id(self.ctx.r, keys.tokens(self.sid))
-        assert self.scan is not None
-        job = encode(ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me, after=after,
-                               seq=content.seq, content="".join(self.scan.content)))
+        assert self.scan is not None and self.after is not None  # read in ``run``
+        job = encode(ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me,
+                               after=self.after, seq=content.seq, content="".join(self.scan.content)))
+        await self.ctx.r.execute_command(*bus.xadd(keys.PARSE_JOBS, job, bus.JOB_STREAM_MAXLEN))
         tokens = self.chunks = self._token_log()
-        self.ctx.chunks.lead(tokens, lambda pipe: pipe.execute_command(*bus.xadd(keys.PARSE_JOBS, job,
-                                                                                 bus.JOB_STREAM_MAXLEN)))
         self.ctx.chunks.add(tokens, rest, n_tokens)
         return tokens
 
@@ -309,7 +315,7 @@ class TurnRun:
         self.ctx.chunks.lead(chunks, *builds)
 
     def _announcement(self) -> list[Callable[[Any], Any]]:
-        """A text-only turn's ``_announce`` (it queues no parse job: the route and the load count alone), as
+        """The ``_announce`` of a turn parsed here (no parse job: the route and the load count alone), as
         builds for its first chunk's round: no round trip of its own before the first token.  The turn
         counts in the decoders' load from that round on (``counted``)."""
         first, *rest = routing.started_calls(self.ctx.cfg, self.req.conversation, self.ctx.me)

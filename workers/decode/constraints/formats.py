@@ -14,6 +14,7 @@ outside the grammar's call rules.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 NAME = "\x00"  # stands for the tool's name in call_open
@@ -192,6 +193,7 @@ def _literals(pattern: str) -> tuple[str, ...] | None:
     return tuple(out) if all(out) and not escaped else None
 
 
+@functools.cache
 def call_marks(fmt: str) -> tuple[str, ...]:
     """The markup of ``fmt`` that ends a turn's plain content: the strings that open its calls
     (``opener_re``, when that is a set of literals) and the last pieces of its closes (a stray close
