@@ -81,9 +81,10 @@ class Config:
                              "their text as content either way)", "decode")
     plain_turns: str = opt("decoder", "plain content, on a model with no reasoning parser: decoder publishes a "
                            "turn's content events itself (no parser hop per token) -- all of a turn that cannot call "
-                           "a tool (not harmony), and of one that may, the text before its format's first markup, "
-                           "where a parser takes over (a turn with none ends at its decoder); parser sends every "
-                           "turn through a parser", "decode")
+                           "a tool (not harmony), and of one that may, on a format whose calls open with a fixed "
+                           "marker and unless a call is required, the text before its first markup, where a parser "
+                           "takes over (a turn with none ends at its decoder); parser sends every turn through a "
+                           "parser", "decode")
     coalesce_tokens: int = opt(8, "token-log chunking: a turn's buffered tokens leave at once (in the decoder's "
                                   "next write round) when it has this many (the clock, `coalesce_ms`, paces "
                                   "a turn slower than this many tokens per `coalesce_ms`)", "decode")

@@ -502,7 +502,8 @@ class Sessions:
     def end_text_call(self, sid: str, turn: int, attempt: int, message: dict[str, Any], seq: int,
                       turn_ended: bytes, session_ended: bytes, status: Status, maxlen: int, *,
                       entries: list[dict[str, Any]], ttl_s: int = 0) -> bus.ScriptCall:
-        """A text-only turn's end (``runtime.turns.text_only``: its decoder was its parse stage), in one
+        """The end of a turn whose decoder was its parse stage (text-only, ``runtime.turns.text_only``, or a
+        content run that met no markup: ``workers.decode.content_run``), in one
         script, to queue on a pipeline with other commands: unless a newer attempt holds the turn, it is
         marked generated (as ``end_turn``), its message recorded, its ``turn.ended`` (``seq``, the parse
         stage's) published once unless the session ended, its ``entries`` folded once, and the session ended

@@ -140,7 +140,8 @@ class Turns:
 
     async def end_text(self, sid: str, turn: int, attempt: int, reason: str, message: dict[str, Any],
                        seq: int, turn_ended: bytes, info: SessionInfo) -> int:
-        """End a text-only turn (``text_only``) and its session in one script (``end_text_call``, run alone):
+        """End a turn its decoder parsed (``text_only``, or a content run with no markup) and its session in
+        one script (``end_text_call``, run alone):
         the turn generated, its ``message`` recorded, ``turn_ended`` (the parse stage's event ``seq``)
         published, the turn folded and ``session.ended`` published once.  1: ended here; 0: the session
         had ended already (a cancel came first); -1: a newer attempt holds the turn (nothing written)."""

@@ -265,3 +265,27 @@ async def test_a_turn_held_to_a_call_goes_to_its_parser_from_its_start(redis_url
     [(_, fields)] = await r.xrange(keys.PARSE_JOBS)
     assert (decode_job(fields[bus.FIELD]).seq, decode_job(fields[bus.FIELD]).content) == (0, "")
     assert [_type(e) for e in await _events(r, "q1")] == ["turn.started"]  # the rest is the parser's
+
+
+async def test_a_hand_over_whose_parse_job_fails_fails_the_turn_cleanly(redis_url, r, monkeypatch) -> None:
+    """Redis gone as the parse job is queued: the turn fails (its job is handled again, a new attempt),
+    no job is queued, the engine's request is aborted and the decoders' load count is back down."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from runtime.mux import MuxRedis
+
+    send = MuxRedis.execute_command
+
+    async def refuse_parse_jobs(self, *args, **kwargs):
+        if args[:2] == ("XADD", keys.PARSE_JOBS):
+            raise RedisConnectionError("connection lost")
+        return await send(self, *args, **kwargs)
+
+    monkeypatch.setattr(MuxRedis, "execute_command", refuse_parse_jobs)
+    with pytest.raises(RedisConnectionError):
+        await _run(r, redis_url, "f1", tools=[TOOL], text="Let me check.\n" + CALL)
+    monkeypatch.undo()
+    assert await r.xlen(keys.PARSE_JOBS) == 0 and await r.xlen(keys.tokens("f1")) == 0
+    assert "".join(e.body.text for e in await _events(r, "f1") if _type(e) == "content.delta") == "Let me check.\n"
+    assert await r.hget(keys.DECODE_LOAD, "decode-text") == b"0"  # counted with its first chunk, down again
+    assert await r.hget(keys.session("f1"), "status") == b"active"  # not ended: the turn is regenerated

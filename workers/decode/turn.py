@@ -14,14 +14,16 @@ records its message, publishes its ``turn.ended`` and ends the session in one sc
 (``Turns.end_text``; nothing from an attempt a newer one replaced): no parse job, no token log, no
 note back.  A turn that may call starts the same way, as a content run (``workers.decode.content_run``,
 on a format with markers and no reasoning parser): a turn whose text holds no markup ends as a
-text-only one; at its first marker its content events are flushed and the rest goes to its token log,
-led by the ``ParseTurn`` that tells the parser the events already out (``_hand_over``).  A cancel aborts the turn at
+text-only one; at its first marker its content events are flushed, its ``ParseTurn`` (the events
+already out) is queued in a round trip of its own, and the rest goes to its token log (``_hand_over``).
+A turn held to a call (``tool_choice`` required or named) has no content run.  A cancel aborts the turn at
 once: its ending sends the decoder a ``CancelTurn`` note (``TurnContext.cancel``); the writer also
 checks, at most every ``AbortCheck.interval_s``, whether the session was cancelled
 (``workers.decode.chunks``), for an ending that sent no note or whose note was lost.
 
 While redis is unreachable (a cluster master failing over, a restart) its writes are retried
-for up to ``bus.OUTAGE_S`` and the turn goes on where it was; a write retried after its reply was
+for up to ``bus.OUTAGE_S`` and the turn goes on where it was (not its parse job: ``_announce``'s, or a
+content run's hand-over's, fails the turn, which is regenerated as a new attempt); a write retried after its reply was
 lost appends the chunk twice, and the parser skips the repeat (same ``seq``).  Past
 ``OUTAGE_S`` the turn is abandoned and regenerated as a new attempt.
 """

@@ -128,7 +128,8 @@ class DecodeWorker:
         """Generate turn ``turn`` unless the session is over or the turn is not ours to generate.  The
         turn is marked running here before the first await: a duplicate job handled beside it (jobs
         of one read run concurrently) is acked at once, never taken for an attempt that broke off.  On
-        one server a text-only turn acks its job (``entry``) behind its end, in that round trip
+        one server a turn its decoder parsed (text-only, or a content run with no markup) acks its job
+        (``entry``) behind its end, in that round trip
         (``Done.ACKED``); on a cluster the job's stream and the session's keys may be on two nodes,
         whose commands one pipeline does not keep in order."""
         if (sid, turn) in self.ctx.running:
