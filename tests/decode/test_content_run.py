@@ -29,3 +29,13 @@ def test_what_only_looked_like_a_marker_is_content() -> None:
 def test_a_marker_at_the_start_leaves_no_content() -> None:
     run = ContentRun(MARKS)
     assert run.feed("<tool_call>{}") == ("", "<tool_call>{}") and run.content == []
+
+
+def test_literal_openers_and_optional_characters() -> None:
+    from workers.decode.constraints.formats import _literals
+
+    assert _literals("<tool_call>|<function=") == ("<tool_call>", "<function=")
+    assert _literals(r"<\|tool_call\|>") == ("<|tool_call|>",)
+    assert _literals("calls?_begin") == ("calls_begin", "call_begin")
+    assert _literals(r"\[\s*x") is None and _literals("a+") is None and _literals("?a") is None
+    assert _literals("(x)") is None and _literals("a|") is None and _literals(r"a\sb") is None

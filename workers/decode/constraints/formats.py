@@ -174,29 +174,35 @@ _REGEX_META = frozenset("\\.^$*+?{}[]()|")
 
 
 def _literals(pattern: str) -> tuple[str, ...] | None:
-    """The strings of ``pattern`` when it is an alternation of literals (``a|b\\|c``), else None."""
-    out, cur, escaped = [], [], False
+    """The strings ``pattern`` matches when it is an alternation of literals, each character of which may
+    be optional (``a|b\\|c``, ``calls?``), else None."""
+    out: list[str] = []
+    cur: list[str] = [""]  # the strings the current alternative matches so far
+    last = ""  # the character just added (``?`` makes it optional)
+    escaped = False
     for ch in pattern:
-        if escaped:
-            cur.append(ch)
-            escaped = False
+        if escaped and ch.isalnum():  # a class (\s, \d) or an anchor, not a character
+            return None
+        if escaped or (ch not in _REGEX_META and ch != "\\"):
+            cur, last, escaped = [c + ch for c in cur], ch, False
         elif ch == "\\":
             escaped = True
         elif ch == "|":
-            out.append("".join(cur))
-            cur = []
-        elif ch in _REGEX_META:
-            return None
+            out += cur
+            cur, last = [""], ""
+        elif ch == "?" and last:
+            cur, last = [*cur, *(c[:-1] for c in cur)], ""
         else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return tuple(out) if all(out) and not escaped else None
+            return None
+    out += cur
+    return tuple(dict.fromkeys(out)) if all(out) and not escaped else None
 
 
 @functools.cache
 def call_marks(fmt: str) -> tuple[str, ...]:
     """The markup of ``fmt`` that ends a turn's plain content: the strings that open its calls
-    (``opener_re``, when that is a set of literals) and the last pieces of its closes (a stray close
+    (``opener_re``, when that is a set of literals, an optional character spelled both ways) and the
+    last pieces of its closes (a stray close
     is the parser's to read), or () when the format has no such set -- a call of llama3_json or
     pythonic opens with text that prose may hold.  A decoder publishes a turn's text as content
     until one of these arrives (``workers.decode.content_run``); ``kimi_k3``'s content wrappers are
