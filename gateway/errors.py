@@ -202,24 +202,17 @@ class ErrorBoundary:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":  # no wrapper for every frame: a close after the socket's end fails quietly
-            try:
-                await self.app(scope, receive, send)
-            except Exception:
-                log.exception("unhandled error on WEBSOCKET %s", scope.get("path"))
-                await _answer_500(scope, receive, send)
-            return
-        answered = False  # an HTTP response started
+        answered = False  # an HTTP response started (a WebSocket's close after its end fails quietly)
 
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal answered
             answered = answered or message["type"] == "http.response.start"
             await send(message)
 
-        try:
-            await self.app(scope, receive, tracked)
+        try:  # a WebSocket's frames go out unwrapped: no wrapper for every frame
+            await self.app(scope, receive, tracked if scope["type"] == "http" else send)
         except Exception:  # the gateway's outermost boundary
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            log.exception("unhandled error on %s %s", scope.get("method", "WEBSOCKET"), scope.get("path"))
             if not answered:
                 await _answer_500(scope, receive, send)
 

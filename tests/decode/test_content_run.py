@@ -10,25 +10,30 @@ MARKS = ("<tool_call>", "</tool_call>")
 
 def test_a_marker_split_across_deltas_is_held_then_handed_over_with_the_rest() -> None:
     run = ContentRun(MARKS)
-    assert run.feed("Let me check.\n<tool") == ("Let me check.\n", None) and run.held == "<tool"
-    assert run.feed('_call>\n{"name"') == ("", '<tool_call>\n{"name"')
+    first, second = run.feed("Let me check.\n<tool"), run.feed('_call>\n{"name"')
+    assert first == ("Let me check.\n", None) and second == ("", '<tool_call>\n{"name"')
     assert run.rest == '<tool_call>\n{"name"' and run.feed(": 1}") == ("", ": 1}")  # after it: all the parser's
-    assert "".join(run.content) == "Let me check.\n"
+    assert first[0] + second[0] == "Let me check.\n"
 
 
 def test_what_only_looked_like_a_marker_is_content() -> None:
     run = ContentRun(MARKS)
-    assert run.feed("a < b, <") == ("a < b, ", None)
-    assert run.feed("/tool") == ("", None) and run.held == "</tool"
-    assert run.feed("s>") == ("</tools>", None)  # not a marker after all
-    assert run.feed("ends on <tool_c") == ("ends on ", None)
-    assert run.finish() == "<tool_c" and run.rest is None  # the turn ended: what was held is content
-    assert "".join(run.content) == "a < b, </tools>ends on <tool_c"
+    out = [run.feed("a < b, <")]
+    assert out[-1] == ("a < b, ", None)
+    out.append(run.feed("/tool"))
+    assert out[-1] == ("", None) and run.held == "</tool"
+    out.append(run.feed("s>"))
+    assert out[-1] == ("</tools>", None)  # not a marker after all
+    out.append(run.feed("ends on <tool_c"))
+    assert out[-1] == ("ends on ", None)
+    held = run.finish()
+    assert held == "<tool_c" and run.rest is None  # the turn ended: what was held is content
+    assert "".join(c for c, _ in out) + held == "a < b, </tools>ends on <tool_c"
 
 
 def test_a_marker_at_the_start_leaves_no_content() -> None:
     run = ContentRun(MARKS)
-    assert run.feed("<tool_call>{}") == ("", "<tool_call>{}") and run.content == []
+    assert run.feed("<tool_call>{}") == ("", "<tool_call>{}") and run.held == ""  # no content, nothing held
 
 
 def test_literal_openers_and_optional_characters() -> None:

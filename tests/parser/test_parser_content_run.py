@@ -68,13 +68,15 @@ def test_a_content_run_then_a_parser_reads_a_turn_as_the_parser_alone(fmt: str, 
     for name, chunks in chunkings(text).items():
         run = ContentRun(call_marks(fmt))
         rest: list[str] = []
+        published: list[str] = []  # what the decoder would publish as content
         for chunk in chunks:
             content, after = run.feed(chunk)
+            published.append(content)
             if after is not None:
                 rest.append(after)
         if run.rest is None:
-            run.finish()
-        before = "".join(run.content)
+            published.append(run.finish())
+        before = "".join(published)
         if run.rest is None:  # no marker: the whole text is content, as its parser reads it
             assert before == text and whole.content == text and not whole.calls and not whole.invalid, name
             continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 class ContentRun:
     """The plain content at a turn's start (see the module doc); ``rest`` is set once a marker came."""
 
-    __slots__ = ("content", "firsts", "held", "longest", "marks", "rest")
+    __slots__ = ("firsts", "held", "longest", "marks", "rest")
 
     def __init__(self, marks: tuple[str, ...]) -> None:
         assert marks and all(marks), "a content run needs markers to end it"
@@ -28,7 +28,6 @@ class ContentRun:
         self.firsts = tuple(dict.fromkeys(m[0] for m in marks))  # a marker's beginning starts with one of these
         self.longest = max(map(len, marks)) - 1  # the longest proper beginning of a marker
         self.held = ""  # the text's end that may begin a marker
-        self.content: list[str] = []  # what ``feed`` returned as content
         self.rest: str | None = None  # from the first marker on (None: none yet)
 
     def feed(self, text: str) -> tuple[str, str | None]:
@@ -39,7 +38,7 @@ class ContentRun:
         seen = self.held + text if self.held else text
         if not any(c in seen for c in self.firsts):  # the common case: nothing here can begin a marker
             self.held = ""
-            return self._take(seen), None
+            return seen, None
         at = -1
         for mark in self.marks:
             i = seen.find(mark)
@@ -47,20 +46,15 @@ class ContentRun:
                 at = i
         if at >= 0:
             self.held, self.rest = "", seen[at:]
-            return self._take(seen[:at]), self.rest
+            return seen[:at], self.rest
         keep = self._open_prefix(seen)
         self.held = seen[len(seen) - keep:] if keep else ""
-        return self._take(seen[:len(seen) - keep]), None
+        return seen[:len(seen) - keep], None
 
     def finish(self) -> str:
         """What was held at the turn's end: content (no marker completed)."""
         held, self.held = self.held, ""
-        return self._take(held)
-
-    def _take(self, text: str) -> str:
-        if text:
-            self.content.append(text)
-        return text
+        return held
 
     def _open_prefix(self, text: str) -> int:
         """The length of the longest end of ``text`` that is a proper beginning of a marker."""

@@ -287,9 +287,10 @@ class TurnRun:
         with the turn's first chunk (``_announcement``)."""
         await self.ctx.chunks.flush(content)
         self.ctx.chunks.close(content)
-        assert self.scan is not None and self.after is not None  # read in ``run``
+        assert self.scan is not None and self.scan.rest is not None and self.after is not None  # ``after``: ``run``
+        text = "".join(self.parts)  # the turn so far: its content, then the rest from the marker on
         job = encode(ParseTurn(sid=self.sid, turn=self.turn, attempt=self.attempt, worker=self.ctx.me,
-                               after=self.after, seq=content.seq, content="".join(self.scan.content)))
+                               after=self.after, seq=content.seq, content=text[:len(text) - len(self.scan.rest)]))
         await self.ctx.r.execute_command(*bus.xadd(keys.PARSE_JOBS, job, bus.JOB_STREAM_MAXLEN))
         tokens = self.chunks = self._token_log()
         self.ctx.chunks.add(tokens, rest, n_tokens)
